@@ -1,0 +1,254 @@
+// Package domain owns NebulaCtrl's aggregates, commands, events and invariants.
+//
+// It is pure Go: no I/O, no clock, no randomness. A command handler outside this
+// package loads the events of a stream, folds them into state with Apply, asks
+// Decide what the command means, and appends the returned events with the
+// stream's version as the expected version. Identifiers, timestamps and sealed
+// secret values arrive inside the command, so deciding twice gives the same answer.
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Sentinel errors that callers branch on with errors.Is.
+var (
+	// ErrInvalid marks a command that can never succeed as given (HTTP 400/422).
+	ErrInvalid = errors.New("invalid")
+	// ErrNotFound marks a command whose target does not exist (HTTP 404).
+	ErrNotFound = errors.New("not found")
+	// ErrConflict marks a command that clashes with the current state (HTTP 409).
+	ErrConflict = errors.New("conflict")
+	// ErrForbidden marks a command the actor may not issue (HTTP 403).
+	ErrForbidden = errors.New("forbidden")
+)
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+func notFoundf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrNotFound, fmt.Sprintf(format, args...))
+}
+
+func conflictf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConflict, fmt.Sprintf(format, args...))
+}
+
+var dnsLabel = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ValidateName checks that name is a DNS label (RFC 1123, starting with a
+// letter, at most 63 characters): organisations, projects, environments,
+// services, processes and clusters all end up in Kubernetes object names.
+func ValidateName(kind, name string) error {
+	if !dnsLabel.MatchString(name) {
+		return invalidf("%s name %q must be a DNS label: lower-case letters, digits and '-', starting with a letter, at most 63 characters", kind, name)
+	}
+	return nil
+}
+
+var hostnameRE = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ValidateHostname checks a domain name such as shop.example.com.
+func ValidateHostname(host string) error {
+	if len(host) > 253 || !hostnameRE.MatchString(host) {
+		return invalidf("domain %q is not a valid lower-case host name", host)
+	}
+	return nil
+}
+
+var variableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,254}$`)
+
+// ValidateVariableName checks an environment variable name.
+func ValidateVariableName(name string) error {
+	if !variableNameRE.MatchString(name) {
+		return invalidf("variable name %q must match [A-Za-z_][A-Za-z0-9_]*", name)
+	}
+	return nil
+}
+
+// Actor is who caused an event: a user, an API token, an agent or a system job.
+type Actor struct {
+	Kind ActorKind `json:"kind"`
+	ID   string    `json:"id"`
+	// Name is what people read in the audit log: an email, a token name, a
+	// server name or a job name.
+	Name string `json:"name"`
+}
+
+// ActorKind says what kind of principal an Actor is.
+type ActorKind string
+
+// Actor kinds.
+const (
+	ActorUser   ActorKind = "user"
+	ActorToken  ActorKind = "token"
+	ActorAgent  ActorKind = "agent"
+	ActorSystem ActorKind = "system"
+)
+
+// System returns the actor for a background job of the control plane.
+func System(job string) Actor { return Actor{Kind: ActorSystem, ID: job, Name: job} }
+
+// Validate reports whether the actor is usable on a command.
+func (a Actor) Validate() error {
+	switch a.Kind {
+	case ActorUser, ActorToken, ActorAgent, ActorSystem:
+	default:
+		return invalidf("actor kind %q is unknown", a.Kind)
+	}
+	if a.ID == "" {
+		return invalidf("actor has no id")
+	}
+	return nil
+}
+
+// SealedValue is a secret as events carry it: ciphertext sealed with its own
+// data key, and the id of that data key. The data key itself is stored wrapped
+// by the master key, outside the events, so rotating the master key never
+// touches an event.
+type SealedValue struct {
+	DataKeyID  string `json:"dataKeyId"`
+	Ciphertext []byte `json:"ciphertext"`
+}
+
+// Validate checks the shape of a sealed value; it cannot check the seal.
+func (s SealedValue) Validate() error {
+	if s.DataKeyID == "" || len(s.Ciphertext) == 0 {
+		return invalidf("sealed value is incomplete")
+	}
+	return nil
+}
+
+// Variable is one configuration variable. Value may contain references to
+// another service's variable in the same environment, written ${{ api.PORT }};
+// they are resolved by the compiler. A secret variable has Secret set and no Value.
+type Variable struct {
+	Name   string       `json:"name"`
+	Value  string       `json:"value,omitempty"`
+	Secret *SealedValue `json:"secret,omitempty"`
+}
+
+// Validate checks name and value.
+func (v Variable) Validate() error {
+	if err := ValidateVariableName(v.Name); err != nil {
+		return err
+	}
+	if v.Secret != nil {
+		if v.Value != "" {
+			return invalidf("variable %s is a secret and may not carry a plain value", v.Name)
+		}
+		return v.Secret.Validate()
+	}
+	if len(v.Value) > 64<<10 {
+		return invalidf("variable %s is longer than 64 KiB", v.Name)
+	}
+	if _, err := ParseReferences(v.Value); err != nil {
+		return fmt.Errorf("variable %s: %w", v.Name, err)
+	}
+	return nil
+}
+
+// Reference is one ${{ service.VARIABLE }} inside a variable value.
+type Reference struct {
+	Service  string
+	Variable string
+	// Start and End are the byte offsets of the whole ${{ ... }} in the value.
+	Start, End int
+}
+
+// ParseReferences finds the references in a variable value. A "${{" that is
+// not a well-formed reference is an error, so typos are caught when the
+// variable is set rather than when it is compiled.
+func ParseReferences(value string) ([]Reference, error) {
+	var refs []Reference
+	offset := 0
+	for {
+		i := strings.Index(value[offset:], "${{")
+		if i < 0 {
+			return refs, nil
+		}
+		start := offset + i
+		j := strings.Index(value[start:], "}}")
+		if j < 0 {
+			return nil, invalidf("reference at byte %d is not closed with }}", start)
+		}
+		end := start + j + 2
+		inner := strings.TrimSpace(value[start+3 : start+j])
+		svc, name, ok := strings.Cut(inner, ".")
+		if !ok || ValidateName("service", svc) != nil || ValidateVariableName(name) != nil {
+			return nil, invalidf("reference %q must look like ${{ service.VARIABLE }}", value[start:end])
+		}
+		refs = append(refs, Reference{Service: svc, Variable: name, Start: start, End: end})
+		offset = end
+	}
+}
+
+// HealthCheck is how a process is probed before it takes traffic.
+type HealthCheck struct {
+	// Path is an HTTP path probed on Port; empty means a TCP check.
+	Path                string `json:"path,omitempty"`
+	Port                int    `json:"port"`
+	InitialDelaySeconds int    `json:"initialDelaySeconds,omitempty"`
+	PeriodSeconds       int    `json:"periodSeconds,omitempty"`
+}
+
+// Process is one kind of process of a service: web, worker, ...
+type Process struct {
+	Name        string       `json:"name"`
+	Command     []string     `json:"command,omitempty"`
+	Port        int          `json:"port,omitempty"`
+	Replicas    int          `json:"replicas"`
+	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+}
+
+// Validate checks a process definition.
+func (p Process) Validate() error {
+	if err := ValidateName("process", p.Name); err != nil {
+		return err
+	}
+	if p.Port < 0 || p.Port > 65535 {
+		return invalidf("process %s: port %d is out of range", p.Name, p.Port)
+	}
+	if p.Replicas < 0 || p.Replicas > 1000 {
+		return invalidf("process %s: replicas %d must be between 0 and 1000", p.Name, p.Replicas)
+	}
+	if hc := p.HealthCheck; hc != nil {
+		if hc.Port <= 0 || hc.Port > 65535 {
+			return invalidf("process %s: health check port %d is out of range", p.Name, hc.Port)
+		}
+		if hc.Path != "" && !strings.HasPrefix(hc.Path, "/") {
+			return invalidf("process %s: health check path must start with /", p.Name)
+		}
+	}
+	return nil
+}
+
+// Source is where a service's image comes from: an image reference or a Git branch.
+type Source struct {
+	Image     string `json:"image,omitempty"`
+	GitURL    string `json:"gitUrl,omitempty"`
+	GitBranch string `json:"gitBranch,omitempty"`
+}
+
+// Validate checks that exactly one kind of source is given.
+func (s Source) Validate() error {
+	switch {
+	case s.Image != "" && s.GitURL != "":
+		return invalidf("a service has either an image or a Git source, not both")
+	case s.Image != "":
+		if strings.ContainsAny(s.Image, " \t\n") {
+			return invalidf("image %q contains white space", s.Image)
+		}
+	case s.GitURL != "":
+		if s.GitBranch == "" {
+			return invalidf("a Git source needs a branch")
+		}
+	default:
+		return invalidf("a service needs an image or a Git source")
+	}
+	return nil
+}

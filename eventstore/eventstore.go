@@ -1,0 +1,348 @@
+// Package eventstore appends events to PostgreSQL and reads them back: one
+// stream at a time with optimistic concurrency, or everything in commit order
+// behind the commit horizon, and through subscriptions whose checkpoints are
+// committed with the subscriber's own writes.
+//
+// Each append is a single round trip: the events, the name claims, the
+// watermill-sql outbox message and one NOTIFY travel as one pipelined batch
+// that PostgreSQL runs as one implicit transaction.
+package eventstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+)
+
+var (
+	// ErrConflict means the stream was not at the expected version: someone
+	// else appended first. The caller reloads and decides again, or reports 409.
+	ErrConflict = errors.New("stream version conflict")
+	// ErrNameTaken means a claimed name is already held by another stream. It
+	// also matches ErrConflict.
+	ErrNameTaken = fmt.Errorf("%w: name already taken", ErrConflict)
+)
+
+// Topic is the watermill topic of the outbox: one message per append.
+const Topic = "nebula_events"
+
+// NotifyChannel is the PostgreSQL channel notified once per append transaction.
+const NotifyChannel = "nebula_events"
+
+// Record is one event to append: an explicit type string, its schema version
+// and its JSON payload.
+type Record struct {
+	Type          string
+	SchemaVersion int
+	Payload       []byte
+}
+
+// Claim reserves Name within Scope for the appending stream, for names that
+// must be unique within their parent (projects of an organisation, e-mail
+// addresses, domains).
+type Claim struct {
+	Scope string
+	Name  string
+}
+
+// AppendRequest is everything one append writes atomically.
+type AppendRequest struct {
+	StreamID string
+	// ExpectedVersion is the stream's version the events were decided on;
+	// 0 for a new stream.
+	ExpectedVersion int
+	// OrgID is the organisation the stream belongs to, "" for instance-wide streams.
+	OrgID      string
+	Actor      domain.Actor
+	RequestID  string
+	OccurredAt time.Time
+	Records    []Record
+	// Claims are reserved for StreamID; Releases are given back. A release
+	// and a claim of the same name in one append is a rename back and forth.
+	Claims   []Claim
+	Releases []Claim
+}
+
+func (r AppendRequest) validate() error {
+	var errs []error
+	if r.StreamID == "" {
+		errs = append(errs, errors.New("stream id is empty"))
+	}
+	if r.ExpectedVersion < 0 {
+		errs = append(errs, fmt.Errorf("expected version %d is negative", r.ExpectedVersion))
+	}
+	if len(r.Records) == 0 {
+		errs = append(errs, errors.New("no events to append"))
+	}
+	if err := r.Actor.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if r.OccurredAt.IsZero() {
+		errs = append(errs, errors.New("occurred-at time is zero"))
+	}
+	if r.OrgID != "" {
+		if _, err := uuid.Parse(r.OrgID); err != nil {
+			errs = append(errs, fmt.Errorf("org id %q is not a UUID", r.OrgID))
+		}
+	}
+	for _, rec := range r.Records {
+		if rec.Type == "" || rec.SchemaVersion <= 0 || !json.Valid(rec.Payload) {
+			errs = append(errs, fmt.Errorf("event %q (schema %d) is malformed", rec.Type, rec.SchemaVersion))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Event is an event as stored.
+type Event struct {
+	Position      int64
+	TxID          uint64
+	StreamID      string
+	StreamVersion int
+	OrgID         string
+	Type          string
+	SchemaVersion int
+	Payload       []byte
+	Actor         domain.Actor
+	RequestID     string
+	OccurredAt    time.Time
+}
+
+// Cursor is a point in commit order: a transaction id and a position.
+type Cursor struct {
+	TxID     uint64
+	Position int64
+}
+
+// Cursor returns the cursor just at this event.
+func (e Event) Cursor() Cursor { return Cursor{TxID: e.TxID, Position: e.Position} }
+
+// Querier is what reads need: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Store is the event store on one PostgreSQL database.
+type Store struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	outbox wsql.DefaultPostgreSQLSchema
+}
+
+// New returns a store on pool.
+func New(pool *pgxpool.Pool, logger *slog.Logger) *Store {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Store{pool: pool, logger: logger}
+}
+
+// Pool is the store's connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+const insertEvents = `
+WITH v AS (SELECT nebula_expect_version($1, $2) AS base)
+INSERT INTO events (stream_id, stream_version, org_id, event_type, schema_version, payload,
+                    actor_kind, actor_id, actor_name, request_id, occurred_at)
+SELECT $1, v.base + e.ord::integer, $3::uuid, e.type, e.sv, e.payload, $7, $8, $9, $10, $11
+FROM v, unnest($4::text[], $5::smallint[], $6::json[]) WITH ORDINALITY AS e(type, sv, payload, ord)`
+
+// Append writes the request's events at the expected version, atomically
+// with its name claims, an outbox message and a notification. It returns the
+// stream's new version.
+func (s *Store) Append(ctx context.Context, req AppendRequest) (int, error) {
+	return s.append(ctx, s.pool, req)
+}
+
+// AppendTx appends inside tx, for subscribers that record events (such as
+// compiled revisions) atomically with their checkpoint.
+func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, req AppendRequest) (int, error) {
+	return s.append(ctx, tx, req)
+}
+
+func (s *Store) append(ctx context.Context, q Querier, req AppendRequest) (int, error) {
+	if err := req.validate(); err != nil {
+		return 0, fmt.Errorf("appending to %s: %w", req.StreamID, err)
+	}
+	b := &pgx.Batch{}
+	if len(req.Releases) > 0 {
+		scopes, names := claimColumns(req.Releases)
+		b.Queue(`DELETE FROM name_claims c USING unnest($1::text[], $2::text[]) AS r(scope, name)
+		         WHERE c.scope = r.scope AND c.name = r.name AND c.stream_id = $3`, scopes, names, req.StreamID)
+	}
+	if len(req.Claims) > 0 {
+		scopes, names := claimColumns(req.Claims)
+		b.Queue(`INSERT INTO name_claims (scope, name, stream_id)
+		         SELECT scope, name, $3 FROM unnest($1::text[], $2::text[]) AS c(scope, name)`, scopes, names, req.StreamID)
+	}
+	types := make([]string, len(req.Records))
+	versions := make([]int16, len(req.Records))
+	payloads := make([]string, len(req.Records))
+	for i, r := range req.Records {
+		types[i], versions[i], payloads[i] = r.Type, int16(r.SchemaVersion), string(r.Payload)
+	}
+	var org any
+	if req.OrgID != "" {
+		org = req.OrgID
+	}
+	b.Queue(insertEvents, req.StreamID, req.ExpectedVersion, org, types, versions, payloads,
+		string(req.Actor.Kind), req.Actor.ID, req.Actor.Name, req.RequestID, req.OccurredAt)
+	outbox, err := s.outboxQuery(req, types)
+	if err != nil {
+		return 0, err
+	}
+	b.Queue(outbox.Query, outbox.Args...)
+	b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, req.StreamID)
+
+	// Without an explicit transaction the whole batch runs as one implicit
+	// transaction: any failure rolls every statement back.
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return 0, fmt.Errorf("appending to %s at version %d: %w", req.StreamID, req.ExpectedVersion, classify(err))
+	}
+	return req.ExpectedVersion + len(req.Records), nil
+}
+
+func claimColumns(cs []Claim) (scopes, names []string) {
+	for _, c := range cs {
+		scopes = append(scopes, c.Scope)
+		names = append(names, c.Name)
+	}
+	return scopes, names
+}
+
+type outboxPayload struct {
+	StreamID string   `json:"streamId"`
+	From     int      `json:"fromVersion"`
+	Types    []string `json:"types"`
+}
+
+func (s *Store) outboxQuery(req AppendRequest, types []string) (wsql.Query, error) {
+	payload, err := json.Marshal(outboxPayload{StreamID: req.StreamID, From: req.ExpectedVersion + 1, Types: types})
+	if err != nil {
+		return wsql.Query{}, err
+	}
+	msg := message.NewMessage(uuid.NewString(), payload)
+	if req.RequestID != "" {
+		msg.Metadata.Set("request_id", req.RequestID)
+	}
+	q, err := s.outbox.InsertQuery(wsql.InsertQueryParams{Topic: Topic, Msgs: message.Messages{msg}})
+	if err != nil {
+		return wsql.Query{}, fmt.Errorf("building outbox message: %w", err)
+	}
+	return q, nil
+}
+
+func classify(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch {
+		case pg.Code == "NB409":
+			return fmt.Errorf("%w: %s", ErrConflict, pg.Message)
+		case pg.Code == "23505" && pg.ConstraintName == "name_claims_pkey":
+			return fmt.Errorf("%w (%s)", ErrNameTaken, strings.TrimPrefix(pg.Detail, "Key "))
+		case pg.Code == "23505" && pg.ConstraintName == "events_stream_id_stream_version_key":
+			return fmt.Errorf("%w: another append won the race", ErrConflict)
+		}
+	}
+	return err
+}
+
+const eventColumns = `position, transaction_id::text::bigint, stream_id, stream_version, coalesce(org_id::text, ''),
+	event_type, schema_version, payload::text::bytea, actor_kind, actor_id, actor_name, request_id, occurred_at`
+
+func scanEvents(rows pgx.Rows, capHint int) ([]Event, error) {
+	defer rows.Close()
+	out := make([]Event, 0, capHint)
+	for rows.Next() {
+		var e Event
+		var tx int64
+		var sv int16
+		var kind string
+		if err := rows.Scan(&e.Position, &tx, &e.StreamID, &e.StreamVersion, &e.OrgID, &e.Type, &sv,
+			&e.Payload, &kind, &e.Actor.ID, &e.Actor.Name, &e.RequestID, &e.OccurredAt); err != nil {
+			return nil, err
+		}
+		e.TxID, e.SchemaVersion, e.Actor.Kind = uint64(tx), int(sv), domain.ActorKind(kind)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// ReadStream returns the events of one stream after version `after`, in order.
+func (s *Store) ReadStream(ctx context.Context, streamID string, after int) ([]Event, error) {
+	return ReadStream(ctx, s.pool, streamID, after)
+}
+
+// ReadStream reads one stream through q (a pool or a transaction).
+func ReadStream(ctx context.Context, q Querier, streamID string, after int) ([]Event, error) {
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM events
+		WHERE stream_id = $1 AND stream_version > $2 ORDER BY stream_version`, streamID, after)
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %s: %w", streamID, err)
+	}
+	evs, err := scanEvents(rows, 16)
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %s: %w", streamID, err)
+	}
+	return evs, nil
+}
+
+// StreamVersion returns the current version of a stream (0 when it has no events).
+func StreamVersion(ctx context.Context, q Querier, streamID string) (int, error) {
+	var v int
+	err := q.QueryRow(ctx, `SELECT coalesce(max(stream_version), 0) FROM events WHERE stream_id = $1`, streamID).Scan(&v)
+	if err != nil {
+		return 0, fmt.Errorf("reading version of stream %s: %w", streamID, err)
+	}
+	return v, nil
+}
+
+// ReadAll returns up to limit events after cursor in commit order, only from
+// transactions below the commit horizon: every transaction that could still
+// commit an earlier event has ended, so nothing is ever skipped.
+func ReadAll(ctx context.Context, q Querier, after Cursor, limit int) ([]Event, error) {
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM events
+		WHERE (transaction_id, position) > ($1::text::xid8, $2)
+		  AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+		ORDER BY transaction_id, position
+		LIMIT $3`, fmt.Sprint(after.TxID), after.Position, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading events after %v: %w", after, err)
+	}
+	evs, err := scanEvents(rows, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading events after %v: %w", after, err)
+	}
+	return evs, nil
+}
+
+// ReadAll reads through the store's pool.
+func (s *Store) ReadAll(ctx context.Context, after Cursor, limit int) ([]Event, error) {
+	return ReadAll(ctx, s.pool, after, limit)
+}
+
+// PruneOutbox deletes outbox messages older than age: they exist only to wake
+// subscribers, which read the events table itself.
+func (s *Store) PruneOutbox(ctx context.Context, age time.Duration) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM "watermill_nebula_events" WHERE created_at < now() - make_interval(secs => $1)`, age.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("pruning the outbox: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

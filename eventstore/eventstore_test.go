@@ -1,0 +1,380 @@
+package eventstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var (
+	actor = domain.Actor{Kind: domain.ActorUser, ID: "u1", Name: "ada@example.com"}
+	t0    = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+)
+
+func rec(typ string, n int) eventstore.Record {
+	b, _ := json.Marshal(map[string]int{"n": n})
+	return eventstore.Record{Type: typ, SchemaVersion: 1, Payload: b}
+}
+
+func appendReq(stream string, expected int, recs ...eventstore.Record) eventstore.AppendRequest {
+	return eventstore.AppendRequest{StreamID: stream, ExpectedVersion: expected, Actor: actor, OccurredAt: t0, RequestID: "req-1", Records: recs}
+}
+
+func newStore(t *testing.T) *eventstore.Store {
+	t.Helper()
+	return eventstore.New(pgtest.Pool(t), nil)
+}
+
+func TestAppendAndReadStream(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+
+	v, err := s.Append(ctx, appendReq("project-1", 0, rec("project.created", 1), rec("service.created", 2)))
+	require.NoError(t, err)
+	require.Equal(t, 2, v)
+	v, err = s.Append(ctx, appendReq("project-1", 2, rec("service.created", 3)))
+	require.NoError(t, err)
+	require.Equal(t, 3, v)
+
+	evs, err := s.ReadStream(ctx, "project-1", 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 3)
+	for i, e := range evs {
+		require.Equal(t, i+1, e.StreamVersion)
+		require.Equal(t, actor, e.Actor)
+		require.Equal(t, "req-1", e.RequestID)
+		require.True(t, e.OccurredAt.Equal(t0))
+		require.Equal(t, 1, e.SchemaVersion)
+	}
+	require.JSONEq(t, `{"n":3}`, string(evs[2].Payload))
+	require.Equal(t, "service.created", evs[2].Type)
+
+	after, err := s.ReadStream(ctx, "project-1", 2)
+	require.NoError(t, err)
+	require.Len(t, after, 1)
+}
+
+func TestAppendAtWrongVersionConflictsAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	_, err := s.Append(ctx, appendReq("s", 0, rec("a", 1), rec("a", 2)))
+	require.NoError(t, err)
+
+	for _, expected := range []int{0, 1, 3, 7} {
+		_, err := s.Append(ctx, appendReq("s", expected, rec("a", 9)))
+		require.ErrorIs(t, err, eventstore.ErrConflict, "expected version %d", expected)
+	}
+	evs, err := s.ReadStream(ctx, "s", 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+	var outbox int
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM watermill_nebula_events`).Scan(&outbox))
+	require.Equal(t, 1, outbox, "a refused append leaves no outbox message")
+}
+
+func TestAppendRejectsMalformedRequests(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	bad := []eventstore.AppendRequest{
+		{StreamID: "", Actor: actor, OccurredAt: t0, Records: []eventstore.Record{rec("a", 1)}},
+		{StreamID: "s", Actor: actor, OccurredAt: t0},
+		{StreamID: "s", Actor: domain.Actor{}, OccurredAt: t0, Records: []eventstore.Record{rec("a", 1)}},
+		{StreamID: "s", Actor: actor, Records: []eventstore.Record{rec("a", 1)}},
+		{StreamID: "s", Actor: actor, OccurredAt: t0, Records: []eventstore.Record{{Type: "a", SchemaVersion: 1, Payload: []byte("{nope")}}},
+		{StreamID: "s", Actor: actor, OccurredAt: t0, OrgID: "not-a-uuid", Records: []eventstore.Record{rec("a", 1)}},
+	}
+	for i, r := range bad {
+		_, err := s.Append(ctx, r)
+		require.Error(t, err, "request %d", i)
+	}
+	var n int
+	require.NoError(t, s.Pool().QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
+	require.Zero(t, n)
+}
+
+func TestConcurrentAppendsAtSameVersionExactlyOneWins(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	_, err := s.Append(ctx, appendReq("race", 0, rec("a", 0)))
+	require.NoError(t, err)
+
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, errs[i] = s.Append(ctx, appendReq("race", 1, rec("a", i)))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		if err == nil {
+			wins++
+			continue
+		}
+		require.ErrorIs(t, err, eventstore.ErrConflict)
+	}
+	require.Equal(t, 1, wins)
+	evs, err := s.ReadStream(ctx, "race", 0)
+	require.NoError(t, err)
+	require.Len(t, evs, 2)
+}
+
+func TestNameClaimsAreUniqueAndReleasable(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	claim := eventstore.Claim{Scope: "org:1:project", Name: "shop"}
+
+	r := appendReq("project-a", 0, rec("project.created", 1))
+	r.Claims = []eventstore.Claim{claim}
+	_, err := s.Append(ctx, r)
+	require.NoError(t, err)
+
+	r = appendReq("project-b", 0, rec("project.created", 1))
+	r.Claims = []eventstore.Claim{claim}
+	_, err = s.Append(ctx, r)
+	require.ErrorIs(t, err, eventstore.ErrNameTaken)
+	require.ErrorIs(t, err, eventstore.ErrConflict)
+	evs, err := s.ReadStream(ctx, "project-b", 0)
+	require.NoError(t, err)
+	require.Empty(t, evs, "the losing append wrote nothing")
+
+	// Another stream cannot release a claim it does not hold.
+	r = appendReq("project-b", 0, rec("noop", 1))
+	r.Releases = []eventstore.Claim{claim}
+	r.Claims = []eventstore.Claim{claim}
+	_, err = s.Append(ctx, r)
+	require.ErrorIs(t, err, eventstore.ErrNameTaken)
+
+	r = appendReq("project-a", 1, rec("project.deleted", 2))
+	r.Releases = []eventstore.Claim{claim}
+	_, err = s.Append(ctx, r)
+	require.NoError(t, err)
+
+	r = appendReq("project-b", 0, rec("project.created", 1))
+	r.Claims = []eventstore.Claim{claim}
+	_, err = s.Append(ctx, r)
+	require.NoError(t, err, "a released name can be claimed again")
+}
+
+func TestConcurrentDuplicateNamesOneWins(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := context.Background()
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := appendReq(fmt.Sprintf("org-%d", i), 0, rec("organisation.created", i))
+			r.Claims = []eventstore.Claim{{Scope: "org.name", Name: "acme"}}
+			_, errs[i] = s.Append(ctx, r)
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		if err == nil {
+			wins++
+		} else {
+			require.ErrorIs(t, err, eventstore.ErrNameTaken)
+		}
+	}
+	require.Equal(t, 1, wins)
+}
+
+// collector is a subscription handler that records what it sees, and writes
+// one row per event in the subscription's transaction.
+type collector struct {
+	mu   sync.Mutex
+	seen []int64
+}
+
+func (c *collector) handle(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
+	for _, e := range evs {
+		if _, err := tx.Exec(ctx, `INSERT INTO seen (position, times) VALUES ($1, 1)
+			ON CONFLICT (position) DO UPDATE SET times = seen.times + 1`, e.Position); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	for _, e := range evs {
+		c.seen = append(c.seen, e.Position)
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func createSeen(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `CREATE TABLE IF NOT EXISTS seen (position bigint PRIMARY KEY, times int NOT NULL)`)
+	require.NoError(t, err)
+}
+
+// The late-commit test: an append held open while later appends commit must
+// not be skipped once it commits. It runs on a cluster of its own because the
+// held transaction holds back the commit horizon of every database there.
+func TestLateCommitIsNeverSkipped(t *testing.T) {
+	t.Parallel()
+	cluster := pgtest.Cluster(t, nil)
+	pool := pgtest.MigratedDB(t, cluster, "latecommit")
+	s := eventstore.New(pool, nil)
+	ctx := context.Background()
+	createSeen(t, pool)
+	c := &collector{}
+	sub := eventstore.Subscription{Name: "late", Handle: c.handle, BatchSize: 100}
+	require.NoError(t, eventstore.EnsureCheckpoint(ctx, pool, sub.Name))
+
+	_, err := s.Append(ctx, appendReq("before", 0, rec("a", 1)))
+	require.NoError(t, err)
+
+	held, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = s.AppendTx(ctx, held, appendReq("held", 0, rec("a", 2)))
+	require.NoError(t, err)
+
+	for i := range 5 {
+		_, err := s.Append(ctx, appendReq(fmt.Sprintf("after-%d", i), 0, rec("a", 3+i)))
+		require.NoError(t, err)
+	}
+	// Only what committed before the held transaction began is readable.
+	_, err = s.Step(ctx, sub)
+	require.NoError(t, err)
+	require.Len(t, c.seen, 1, "the subscriber must stop at the held transaction")
+
+	require.NoError(t, held.Commit(ctx))
+	for {
+		n, err := s.Step(ctx, sub)
+		require.NoError(t, err)
+		if n == 0 {
+			break
+		}
+	}
+	var heldPos int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT position FROM events WHERE stream_id = 'held'`).Scan(&heldPos))
+	require.Contains(t, c.seen, heldPos, "the late commit was skipped")
+	require.Len(t, c.seen, 7)
+	var dup int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM seen WHERE times <> 1`).Scan(&dup))
+	require.Zero(t, dup)
+}
+
+func TestSubscriptionRunsOnceAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := eventstore.New(pool, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	createSeen(t, pool)
+	for i := range 50 {
+		_, err := s.Append(ctx, appendReq(fmt.Sprintf("s-%d", i), 0, rec("a", i)))
+		require.NoError(t, err)
+	}
+	// Two runners of the same subscription, as in two replicas.
+	c1, c2 := &collector{}, &collector{}
+	var wg sync.WaitGroup
+	for _, c := range []*collector{c1, c2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.Run(ctx, eventstore.Subscription{Name: "twice", Handle: c.handle, BatchSize: 7, PollInterval: 10 * time.Millisecond})
+		}()
+	}
+	require.Eventually(t, func() bool {
+		var n int
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM seen`).Scan(&n)
+		return n == 50
+	}, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	wg.Wait()
+	var dup int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM seen WHERE times <> 1`).Scan(&dup))
+	require.Zero(t, dup)
+	require.Len(t, append(c1.seen, c2.seen...), 50)
+}
+
+func TestWakerWakesOnAppend(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := eventstore.New(pool, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := s.NewWaker("test")
+	ch := w.Subscribe()
+	go w.Run(ctx)
+	// The first wake-up comes when listening starts.
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up when listening started")
+	}
+	_, err := s.Append(ctx, appendReq("w", 0, rec("a", 1)))
+	require.NoError(t, err)
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no wake-up after an append")
+	}
+}
+
+func TestCheckpointIsCommittedWithHandlerWrites(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := eventstore.New(pool, nil)
+	ctx := context.Background()
+	createSeen(t, pool)
+	for i := range 3 {
+		_, err := s.Append(ctx, appendReq(fmt.Sprintf("c-%d", i), 0, rec("a", i)))
+		require.NoError(t, err)
+	}
+	boom := errors.New("boom")
+	sub := eventstore.Subscription{Name: "fails", Handle: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO seen VALUES (1, 1)`); err != nil {
+			return err
+		}
+		return boom
+	}}
+	require.NoError(t, eventstore.EnsureCheckpoint(ctx, pool, sub.Name))
+	// Other tests' transactions on the shared cluster may hold the horizon
+	// back for a moment: step until the batch is seen.
+	var err error
+	require.Eventually(t, func() bool {
+		_, err = s.Step(ctx, sub)
+		return err != nil
+	}, 10*time.Second, 5*time.Millisecond)
+	require.ErrorIs(t, err, boom)
+	cur, n, err := eventstore.Checkpoint(ctx, pool, sub.Name)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Zero(t, cur.Position)
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM seen`).Scan(&rows))
+	require.Zero(t, rows, "the handler's writes roll back with the checkpoint")
+}

@@ -1,0 +1,127 @@
+package eventstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+)
+
+// Waker wakes subscribers of this process right after any process commits an
+// append: LISTEN/NOTIFY on a dedicated connection (one notification per
+// append transaction) for speed, and the watermill-sql outbox subscription as
+// the fallback that also catches notifications lost while reconnecting.
+type Waker struct {
+	store *Store
+	group string
+
+	mu   sync.Mutex
+	subs []chan struct{}
+}
+
+// NewWaker returns a waker; group names this process's watermill consumer
+// group (a stable name per replica, such as the host name).
+func (s *Store) NewWaker(group string) *Waker {
+	return &Waker{store: s, group: group}
+}
+
+// Subscribe returns a channel that receives (coalesced) wake-ups.
+func (w *Waker) Subscribe() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	w.subs = append(w.subs, ch)
+	w.mu.Unlock()
+	return ch
+}
+
+func (w *Waker) wake() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ch := range w.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run listens until ctx ends.
+func (w *Waker) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); w.listen(ctx) }()
+	go func() { defer wg.Done(); w.outbox(ctx) }()
+	wg.Wait()
+	return nil
+}
+
+func (w *Waker) listen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := w.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		w.store.logger.Warn("event notifications interrupted, reconnecting", "err", err, "retry_in", backoff)
+		if !sleep(ctx, jitter(backoff)) {
+			return
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+func (w *Waker) listenOnce(ctx context.Context) error {
+	conn, err := w.store.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection is dedicated to LISTEN from now on; hijack it so the
+	// pool never hands it to anyone else.
+	pc := conn.Hijack()
+	defer pc.Close(context.WithoutCancel(ctx))
+	if _, err := pc.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return fmt.Errorf("listening: %w", err)
+	}
+	// Anything committed while we were not listening: look now.
+	w.wake()
+	for {
+		if _, err := pc.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		w.wake()
+	}
+}
+
+// outbox consumes the watermill-sql outbox topic. Its messages carry what was
+// appended, but subscribers read the events table themselves, so a message
+// is only a wake-up.
+func (w *Waker) outbox(ctx context.Context) {
+	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(w.store.pool), wsql.SubscriberConfig{
+		ConsumerGroup:  w.group,
+		SchemaAdapter:  wsql.DefaultPostgreSQLSchema{},
+		OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{},
+		PollInterval:   time.Second,
+	}, watermill.NopLogger{})
+	if err != nil {
+		w.store.logger.Error("outbox subscriber", "err", err)
+		return
+	}
+	defer sub.Close()
+	msgs, err := sub.Subscribe(ctx, Topic)
+	if err != nil {
+		w.store.logger.Error("outbox subscribe", "err", err)
+		return
+	}
+	for msg := range msgs {
+		w.wake()
+		msg.Ack()
+	}
+}
+
+// jitter spreads retries of many processes: d/2 .. d.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + time.Duration(time.Now().UnixNano()%int64(d/2+1))
+}
