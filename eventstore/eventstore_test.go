@@ -1,11 +1,15 @@
 package eventstore_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -377,4 +381,95 @@ func TestCheckpointIsCommittedWithHandlerWrites(t *testing.T) {
 	var rows int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM seen`).Scan(&rows))
 	require.Zero(t, rows, "the handler's writes roll back with the checkpoint")
+}
+
+const killChildEnv = "NEBULA_EVENTSTORE_KILL_CHILD_URL"
+
+// TestKillChild is the child of TestSIGKILLLosesNothing; it does nothing unless
+// started by it.
+func TestKillChild(t *testing.T) {
+	url := os.Getenv(killChildEnv)
+	if url == "" {
+		return
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	s := eventstore.New(pool, nil)
+	c := &collector{}
+	go s.Run(ctx, eventstore.Subscription{Name: "killed", Handle: c.handle, BatchSize: 10, PollInterval: time.Millisecond})
+	for i := 0; ; i++ {
+		stream := fmt.Sprintf("k-%d", i%10)
+		v, err := eventstore.StreamVersion(ctx, pool, stream)
+		require.NoError(t, err)
+		if _, err := s.Append(ctx, appendReq(stream, v, rec("a", i))); err != nil {
+			continue
+		}
+		fmt.Printf("appended %s %d\n", stream, v+1)
+	}
+}
+
+// A child process killed with SIGKILL in the middle of a stream of appends:
+// every append that returned success is in the store, and the subscription,
+// restarted, handles every event exactly once.
+func TestSIGKILLLosesNothing(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	createSeen(t, pool)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), killChildEnv+"="+url)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	acked := map[string]int{}
+	sc := bufio.NewScanner(out)
+	lines := 0
+	for sc.Scan() {
+		var stream string
+		var v int
+		if n, _ := fmt.Sscanf(sc.Text(), "appended %s %d", &stream, &v); n != 2 {
+			continue
+		}
+		acked[stream] = max(acked[stream], v)
+		if lines++; lines == 300 {
+			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+			break
+		}
+	}
+	_ = cmd.Wait()
+	require.Equal(t, 300, lines, "the child must have appended before it was killed")
+
+	ctx := context.Background()
+	s := eventstore.New(pool, nil)
+	for stream, v := range acked {
+		have, err := eventstore.StreamVersion(ctx, pool, stream)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, have, v, "acknowledged append to %s lost", stream)
+	}
+	c := &collector{}
+	sub := eventstore.Subscription{Name: "killed", Handle: c.handle, BatchSize: 10}
+	var total int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&total))
+	require.Eventually(t, func() bool {
+		for {
+			n, err := s.Step(ctx, sub)
+			require.NoError(t, err)
+			if n == 0 {
+				break
+			}
+		}
+		var seen int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM seen`).Scan(&seen))
+		return seen == total
+	}, 20*time.Second, 10*time.Millisecond)
+	var dup int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM seen WHERE times <> 1`).Scan(&dup))
+	require.Zero(t, dup, "an event was handled twice")
+	_, n, err := eventstore.Checkpoint(ctx, pool, "killed")
+	require.NoError(t, err)
+	require.EqualValues(t, total, n)
 }

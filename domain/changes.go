@@ -1,0 +1,469 @@
+package domain
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Commands that change what an environment runs. On a protected environment
+// they wait in a change set; elsewhere they happen at once.
+
+// SetVariables sets variables of an environment (ServiceID "") or of one
+// service in it. Services already deployed there get a new release with the
+// new configuration, so the change rolls out.
+type SetVariables struct {
+	EnvironmentID string     `json:"environmentId"`
+	ServiceID     string     `json:"serviceId,omitempty"`
+	Variables     []Variable `json:"variables"`
+}
+
+// UnsetVariables removes variables.
+type UnsetVariables struct {
+	EnvironmentID string   `json:"environmentId"`
+	ServiceID     string   `json:"serviceId,omitempty"`
+	Names         []string `json:"names"`
+}
+
+// AddDomain routes a host name to a service in an environment.
+type AddDomain struct {
+	EnvironmentID string `json:"environmentId"`
+	ServiceID     string `json:"serviceId"`
+	Host          string `json:"host"`
+}
+
+// RemoveDomain stops routing a host name.
+type RemoveDomain struct {
+	EnvironmentID string `json:"environmentId"`
+	Host          string `json:"host"`
+}
+
+// Scale sets a process's replica count in an environment.
+type Scale struct {
+	EnvironmentID string `json:"environmentId"`
+	ServiceID     string `json:"serviceId"`
+	Process       string `json:"process"`
+	Replicas      int    `json:"replicas"`
+}
+
+// Deploy creates a release of an image (already pinned to its digest by the
+// caller) with the configuration as it is now, and deploys it.
+type Deploy struct {
+	EnvironmentID string `json:"environmentId"`
+	ServiceID     string `json:"serviceId"`
+	ReleaseID     string `json:"releaseId"`
+	DeploymentID  string `json:"deploymentId"`
+	Image         string `json:"image"`
+}
+
+// Rollback deploys an earlier release again, with the configuration it froze.
+type Rollback struct {
+	EnvironmentID string `json:"environmentId"`
+	ServiceID     string `json:"serviceId"`
+	ReleaseID     string `json:"releaseId"`
+	DeploymentID  string `json:"deploymentId"`
+}
+
+// Change is one of the commands above, as a change set stores it. Exactly one
+// field is set; the union is explicit so the stored form never depends on Go
+// type names.
+type Change struct {
+	SetVariables   *SetVariables   `json:"setVariables,omitempty"`
+	UnsetVariables *UnsetVariables `json:"unsetVariables,omitempty"`
+	AddDomain      *AddDomain      `json:"addDomain,omitempty"`
+	RemoveDomain   *RemoveDomain   `json:"removeDomain,omitempty"`
+	Scale          *Scale          `json:"scale,omitempty"`
+	Deploy         *Deploy         `json:"deploy,omitempty"`
+	Rollback       *Rollback       `json:"rollback,omitempty"`
+}
+
+func asChange(cmd any) (Change, bool) {
+	switch c := cmd.(type) {
+	case SetVariables:
+		return Change{SetVariables: &c}, true
+	case UnsetVariables:
+		return Change{UnsetVariables: &c}, true
+	case AddDomain:
+		return Change{AddDomain: &c}, true
+	case RemoveDomain:
+		return Change{RemoveDomain: &c}, true
+	case Scale:
+		return Change{Scale: &c}, true
+	case Deploy:
+		return Change{Deploy: &c}, true
+	case Rollback:
+		return Change{Rollback: &c}, true
+	}
+	return Change{}, false
+}
+
+func (c Change) environmentID() string {
+	switch {
+	case c.SetVariables != nil:
+		return c.SetVariables.EnvironmentID
+	case c.UnsetVariables != nil:
+		return c.UnsetVariables.EnvironmentID
+	case c.AddDomain != nil:
+		return c.AddDomain.EnvironmentID
+	case c.RemoveDomain != nil:
+		return c.RemoveDomain.EnvironmentID
+	case c.Scale != nil:
+		return c.Scale.EnvironmentID
+	case c.Deploy != nil:
+		return c.Deploy.EnvironmentID
+	case c.Rollback != nil:
+		return c.Rollback.EnvironmentID
+	}
+	return ""
+}
+
+// Describe says in a few words what a change does.
+func (c Change) Describe() string {
+	switch {
+	case c.SetVariables != nil:
+		names := make([]string, len(c.SetVariables.Variables))
+		for i, v := range c.SetVariables.Variables {
+			names[i] = v.Name
+		}
+		return "set " + strings.Join(names, ", ")
+	case c.UnsetVariables != nil:
+		return "unset " + strings.Join(c.UnsetVariables.Names, ", ")
+	case c.AddDomain != nil:
+		return "add domain " + c.AddDomain.Host
+	case c.RemoveDomain != nil:
+		return "remove domain " + c.RemoveDomain.Host
+	case c.Scale != nil:
+		return fmt.Sprintf("scale %s to %d", c.Scale.Process, c.Scale.Replicas)
+	case c.Deploy != nil:
+		return "deploy " + c.Deploy.Image
+	case c.Rollback != nil:
+		return "roll back to release " + c.Rollback.ReleaseID
+	}
+	return "nothing"
+}
+
+// pending is the project's state as a decision unfolds: each change of a
+// change set, and each event of one change, sees the effect of the ones before.
+type pending struct {
+	p *Project
+	d Decision
+}
+
+func (w *pending) emit(e Event) {
+	w.d.Events = append(w.d.Events, e)
+	w.p.Apply(e)
+}
+
+// decideChange decides a change on a copy of the state, so that a command
+// that emits several events (variables, then releases) sees its own effects
+// and a failure leaves the aggregate as it was.
+func (p *Project) decideChange(c Change, m Meta) (Decision, error) {
+	w := &pending{p: p.clone()}
+	if err := w.apply(c, m); err != nil {
+		return Decision{}, err
+	}
+	return w.d, nil
+}
+
+func (w *pending) apply(c Change, m Meta) error {
+	p := w.p
+	env, err := p.environment(c.environmentID())
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.SetVariables != nil:
+		s := c.SetVariables
+		if err := w.checkTarget(s.ServiceID); err != nil {
+			return err
+		}
+		if len(s.Variables) == 0 {
+			return invalidf("no variables to set")
+		}
+		seen := map[string]bool{}
+		for _, v := range s.Variables {
+			if err := v.Validate(); err != nil {
+				return err
+			}
+			if seen[v.Name] {
+				return invalidf("variable %s is given twice", v.Name)
+			}
+			seen[v.Name] = true
+		}
+		vars := slices.Clone(s.Variables)
+		sort.Slice(vars, func(i, j int) bool { return vars[i].Name < vars[j].Name })
+		w.emit(VariablesSet{EnvironmentID: env.ID, ServiceID: s.ServiceID, Variables: vars})
+		return w.rereleaseAffected(env.ID, s.ServiceID, m, "variables")
+	case c.UnsetVariables != nil:
+		u := c.UnsetVariables
+		if err := w.checkTarget(u.ServiceID); err != nil {
+			return err
+		}
+		names := slices.Clone(u.Names)
+		sort.Strings(names)
+		names = slices.Compact(names)
+		for _, n := range names {
+			if _, ok := p.Variables[env.ID][u.ServiceID][n]; !ok {
+				return notFoundf("variable %s is not set", n)
+			}
+		}
+		if len(names) == 0 {
+			return invalidf("no variables to unset")
+		}
+		w.emit(VariablesUnset{EnvironmentID: env.ID, ServiceID: u.ServiceID, Names: names})
+		return w.rereleaseAffected(env.ID, u.ServiceID, m, "variables")
+	case c.AddDomain != nil:
+		a := c.AddDomain
+		if _, err := p.service(a.ServiceID); err != nil {
+			return err
+		}
+		if err := ValidateHostname(a.Host); err != nil {
+			return err
+		}
+		if _, ok := p.Domains[a.Host]; ok {
+			return conflictf("domain %s is already routed in this project", a.Host)
+		}
+		w.emit(DomainAdded{EnvironmentID: env.ID, ServiceID: a.ServiceID, Host: a.Host})
+		w.d.Claims = append(w.d.Claims, NameClaim{domainHostScope(), a.Host})
+	case c.RemoveDomain != nil:
+		r := c.RemoveDomain
+		route, ok := p.Domains[r.Host]
+		if !ok || route.EnvironmentID != env.ID {
+			return notFoundf("domain %s", r.Host)
+		}
+		w.emit(DomainRemoved{EnvironmentID: env.ID, ServiceID: route.ServiceID, Host: r.Host})
+		w.d.Releases = append(w.d.Releases, NameClaim{domainHostScope(), r.Host})
+	case c.Scale != nil:
+		s := c.Scale
+		svc, err := p.service(s.ServiceID)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(svc.Processes, func(pr Process) bool { return pr.Name == s.Process }) {
+			return notFoundf("service %s has no process %s", svc.Name, s.Process)
+		}
+		if s.Replicas < 0 || s.Replicas > 1000 {
+			return invalidf("replicas %d must be between 0 and 1000", s.Replicas)
+		}
+		w.emit(ServiceScaled{EnvironmentID: env.ID, ServiceID: svc.ID, Process: s.Process, Replicas: s.Replicas})
+		return w.rereleaseAffected(env.ID, svc.ID, m, "scale")
+	case c.Deploy != nil:
+		d := c.Deploy
+		svc, err := p.service(d.ServiceID)
+		if err != nil {
+			return err
+		}
+		if err := ValidateID("release", d.ReleaseID); err != nil {
+			return err
+		}
+		if err := ValidateID("deployment", d.DeploymentID); err != nil {
+			return err
+		}
+		if !strings.Contains(d.Image, "@sha256:") {
+			return invalidf("image %q is not pinned to a digest", d.Image)
+		}
+		if _, ok := p.Deployments[d.DeploymentID]; ok {
+			return conflictf("deployment %s exists", d.DeploymentID)
+		}
+		w.release(env.ID, svc, d.ReleaseID, d.DeploymentID, d.Image, "deploy")
+	case c.Rollback != nil:
+		r := c.Rollback
+		if _, err := p.service(r.ServiceID); err != nil {
+			return err
+		}
+		if err := ValidateID("deployment", r.DeploymentID); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(p.Releases[env.ID][r.ServiceID], func(ri ReleaseInfo) bool { return ri.ID == r.ReleaseID }) {
+			return notFoundf("release %s of this service in this environment", r.ReleaseID)
+		}
+		w.emit(DeploymentRequested{DeploymentID: r.DeploymentID, ReleaseID: r.ReleaseID, EnvironmentID: env.ID, ServiceID: r.ServiceID, Rollback: true})
+	default:
+		return invalidf("empty change")
+	}
+	return nil
+}
+
+func (w *pending) checkTarget(serviceID string) error {
+	if serviceID == "" {
+		return nil
+	}
+	_, err := w.p.service(serviceID)
+	return err
+}
+
+// rereleaseAffected gives every service that runs in env and is affected by a
+// configuration change (one service, or all for an environment-wide change) a
+// new release of the image it runs, so the change rolls out.
+func (w *pending) rereleaseAffected(envID, serviceID string, m Meta, reason string) error {
+	p := w.p
+	for _, id := range sortedKeys(p.Current[envID]) {
+		if serviceID != "" && id != serviceID {
+			continue
+		}
+		svc := p.Services[id]
+		if svc == nil || svc.Deleted {
+			continue
+		}
+		cur := p.currentRelease(envID, id)
+		if cur == nil {
+			continue
+		}
+		relID := DeriveID(m.CommandID, "release", envID, id)
+		depID := DeriveID(m.CommandID, "deployment", envID, id)
+		w.release(envID, svc, relID, depID, cur.Image, reason)
+	}
+	return nil
+}
+
+func (p *Project) currentRelease(envID, serviceID string) *ReleaseInfo {
+	depID, ok := p.Current[envID][serviceID]
+	if !ok {
+		return nil
+	}
+	relID := p.Deployments[depID].ReleaseID
+	for i, r := range p.Releases[envID][serviceID] {
+		if r.ID == relID {
+			return &p.Releases[envID][serviceID][i]
+		}
+	}
+	return nil
+}
+
+// release freezes the configuration of svc in env into a new release and
+// requests its deployment.
+func (w *pending) release(envID string, svc *Service, releaseID, deploymentID, image, reason string) {
+	p := w.p
+	procs := make([]Process, len(svc.Processes))
+	for i, pr := range svc.Processes {
+		if n, ok := p.Replicas[envID][svc.ID][pr.Name]; ok {
+			pr.Replicas = n
+		}
+		pr.Command = slices.Clone(pr.Command)
+		procs[i] = pr
+	}
+	merged := map[string]Variable{}
+	for n, v := range p.Variables[envID][""] {
+		merged[n] = v
+	}
+	for n, v := range p.Variables[envID][svc.ID] {
+		merged[n] = v
+	}
+	vars := make([]Variable, 0, len(merged))
+	for _, n := range sortedKeys(merged) {
+		vars = append(vars, merged[n])
+	}
+	number := len(p.Releases[envID][svc.ID]) + 1
+	w.emit(ReleaseCreated{ReleaseID: releaseID, EnvironmentID: envID, ServiceID: svc.ID, Number: number, Image: image, Processes: procs, Variables: vars, Reason: reason})
+	w.emit(DeploymentRequested{DeploymentID: deploymentID, ReleaseID: releaseID, EnvironmentID: envID, ServiceID: svc.ID})
+}
+
+func (p *Project) openChangeSet(env *Environment, c Change, m Meta) (Decision, error) {
+	if m.Person == "" {
+		return Decision{}, fmt.Errorf("%w: changes to the protected environment %s need a person to open a change set", ErrForbidden, env.Name)
+	}
+	// Check now that the change would apply, so a change set never holds a
+	// change that was invalid from the start.
+	if _, err := p.decideChange(c, m); err != nil {
+		return Decision{}, err
+	}
+	id := DeriveID(m.CommandID, "changeset")
+	return decided(ChangeSetOpened{ChangeSetID: id, EnvironmentID: env.ID, Description: c.Describe(), Changes: []Change{c}, OpenedBy: m.Person}), nil
+}
+
+func (p *Project) openChangeSetByID(id string) (*ChangeSet, error) {
+	cs, ok := p.ChangeSets[id]
+	if !ok {
+		return nil, notFoundf("change set %s", id)
+	}
+	if cs.Status != "open" {
+		return nil, conflictf("change set %s is %s", id, cs.Status)
+	}
+	return cs, nil
+}
+
+func (p *Project) approve(c ApproveChangeSet, m Meta) (Decision, error) {
+	cs, err := p.openChangeSetByID(c.ChangeSetID)
+	if err != nil {
+		return Decision{}, err
+	}
+	if m.Person == "" || m.Person == cs.OpenedBy {
+		return Decision{}, fmt.Errorf("%w: a change set needs the approval of someone other than who opened it", ErrForbidden)
+	}
+	w := &pending{p: p.clone()}
+	w.emit(ChangeSetApproved{ChangeSetID: cs.ID, ApprovedBy: m.Person})
+	for i, ch := range cs.Changes {
+		// Ids the changes derive are unique per change set and change.
+		sub := m
+		sub.CommandID = fmt.Sprintf("%s/%d", cs.ID, i)
+		if err := w.apply(ch, sub); err != nil {
+			return Decision{}, fmt.Errorf("change set %s can no longer be applied (%s): %w", cs.ID, ch.Describe(), err)
+		}
+	}
+	return w.d, nil
+}
+
+// clone deep-copies the mutable parts of the state that applying events touches.
+func (p *Project) clone() *Project {
+	c := *p
+	c.Environments = map[string]*Environment{}
+	for k, v := range p.Environments {
+		e := *v
+		c.Environments[k] = &e
+	}
+	c.Services = map[string]*Service{}
+	for k, v := range p.Services {
+		s := *v
+		c.Services[k] = &s
+	}
+	c.Variables = map[string]map[string]map[string]Variable{}
+	for e, bySvc := range p.Variables {
+		c.Variables[e] = map[string]map[string]Variable{}
+		for s, vars := range bySvc {
+			c.Variables[e][s] = map[string]Variable{}
+			for n, v := range vars {
+				c.Variables[e][s][n] = v
+			}
+		}
+	}
+	c.Domains = map[string]DomainRoute{}
+	for k, v := range p.Domains {
+		c.Domains[k] = v
+	}
+	c.Replicas = map[string]map[string]map[string]int{}
+	for e, bySvc := range p.Replicas {
+		c.Replicas[e] = map[string]map[string]int{}
+		for s, procs := range bySvc {
+			c.Replicas[e][s] = map[string]int{}
+			for n, v := range procs {
+				c.Replicas[e][s][n] = v
+			}
+		}
+	}
+	c.Releases = map[string]map[string][]ReleaseInfo{}
+	for e, bySvc := range p.Releases {
+		c.Releases[e] = map[string][]ReleaseInfo{}
+		for s, rs := range bySvc {
+			c.Releases[e][s] = slices.Clone(rs)
+		}
+	}
+	c.Deployments = map[string]*Deployment{}
+	for k, v := range p.Deployments {
+		d := *v
+		c.Deployments[k] = &d
+	}
+	c.Current = map[string]map[string]string{}
+	for e, bySvc := range p.Current {
+		c.Current[e] = map[string]string{}
+		for s, v := range bySvc {
+			c.Current[e][s] = v
+		}
+	}
+	c.ChangeSets = map[string]*ChangeSet{}
+	for k, v := range p.ChangeSets {
+		cs := *v
+		c.ChangeSets[k] = &cs
+	}
+	return &c
+}

@@ -1,0 +1,320 @@
+package domain_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+)
+
+const (
+	orgID     = "00000000-0000-4000-8000-000000000001"
+	projectID = "00000000-0000-4000-8000-000000000002"
+	clusterID = "00000000-0000-4000-8000-000000000003"
+	stagingID = "00000000-0000-4000-8000-000000000010"
+	prodID    = "00000000-0000-4000-8000-000000000011"
+	apiID     = "00000000-0000-4000-8000-000000000020"
+	webID     = "00000000-0000-4000-8000-000000000021"
+	rel1      = "00000000-0000-4000-8000-000000000030"
+	dep1      = "00000000-0000-4000-8000-000000000031"
+	alice     = "00000000-0000-4000-8000-0000000000a1"
+	bob       = "00000000-0000-4000-8000-0000000000b0"
+	digest    = "registry.example.com/api@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+)
+
+var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func meta(person, cmd string) domain.Meta {
+	return domain.Meta{Actor: domain.Actor{Kind: domain.ActorUser, ID: person, Name: person}, Person: person, CommandID: cmd, Now: now}
+}
+
+// given folds events into a fresh project, as a command handler does after
+// reading the stream.
+func given(events ...domain.Event) *domain.Project {
+	p := domain.NewProject()
+	for _, e := range events {
+		p.Apply(e)
+	}
+	return p
+}
+
+func decideAll(t *testing.T, p *domain.Project, m domain.Meta, cmds ...any) []domain.Event {
+	t.Helper()
+	var all []domain.Event
+	for _, c := range cmds {
+		d, err := p.Decide(c, m)
+		require.NoError(t, err, "%T", c)
+		for _, e := range d.Events {
+			p.Apply(e)
+		}
+		all = append(all, d.Events...)
+	}
+	return all
+}
+
+var web = []domain.Process{{Name: "web", Port: 8080, Replicas: 2}}
+
+func baseProject(t *testing.T) *domain.Project {
+	p := domain.NewProject()
+	decideAll(t, p, meta(alice, "c0"),
+		domain.CreateProject{ProjectID: projectID, OrgID: orgID, Name: "shop"},
+		domain.CreateEnvironment{EnvironmentID: stagingID, Name: "staging", ClusterID: clusterID},
+		domain.CreateEnvironment{EnvironmentID: prodID, Name: "production", ClusterID: clusterID, Protected: true},
+		domain.CreateService{ServiceID: apiID, Name: "api", Source: domain.Source{Image: "api:1"}, Processes: web},
+		domain.CreateService{ServiceID: webID, Name: "web", Source: domain.Source{Image: "web:1"}, Processes: web},
+	)
+	return p
+}
+
+func TestProjectCommandsRejectBadInput(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cmd  any
+		want error
+	}{
+		{"project name not DNS-safe", domain.CreateProject{ProjectID: projectID, OrgID: orgID, Name: "Shop_1"}, domain.ErrConflict},
+		{"environment name with dot", domain.CreateEnvironment{EnvironmentID: "00000000-0000-4000-8000-0000000000ee", Name: "a.b", ClusterID: clusterID}, domain.ErrInvalid},
+		{"duplicate environment name", domain.CreateEnvironment{EnvironmentID: "00000000-0000-4000-8000-0000000000ee", Name: "staging", ClusterID: clusterID}, domain.ErrConflict},
+		{"duplicate service name", domain.CreateService{ServiceID: "00000000-0000-4000-8000-0000000000ef", Name: "api", Source: domain.Source{Image: "x"}, Processes: web}, domain.ErrConflict},
+		{"service without source", domain.CreateService{ServiceID: "00000000-0000-4000-8000-0000000000ef", Name: "db", Processes: web}, domain.ErrInvalid},
+		{"service with both sources", domain.CreateService{ServiceID: "00000000-0000-4000-8000-0000000000ef", Name: "db", Source: domain.Source{Image: "x", GitURL: "https://g", GitBranch: "main"}, Processes: web}, domain.ErrInvalid},
+		{"service without processes", domain.CreateService{ServiceID: "00000000-0000-4000-8000-0000000000ef", Name: "db", Source: domain.Source{Image: "x"}}, domain.ErrInvalid},
+		{"process port out of range", domain.CreateService{ServiceID: "00000000-0000-4000-8000-0000000000ef", Name: "db", Source: domain.Source{Image: "x"}, Processes: []domain.Process{{Name: "web", Port: 70000}}}, domain.ErrInvalid},
+		{"deploy a tag, not a digest", domain.Deploy{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: "api:latest"}, domain.ErrInvalid},
+		{"deploy to unknown environment", domain.Deploy{EnvironmentID: "00000000-0000-4000-8000-0000000000ff", ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: digest}, domain.ErrNotFound},
+		{"variable name with dash", domain.SetVariables{EnvironmentID: stagingID, Variables: []domain.Variable{{Name: "A-B", Value: "x"}}}, domain.ErrInvalid},
+		{"malformed reference", domain.SetVariables{EnvironmentID: stagingID, Variables: []domain.Variable{{Name: "URL", Value: "${{ api PORT }}"}}}, domain.ErrInvalid},
+		{"unclosed reference", domain.SetVariables{EnvironmentID: stagingID, Variables: []domain.Variable{{Name: "URL", Value: "${{ api.PORT"}}}, domain.ErrInvalid},
+		{"bad domain", domain.AddDomain{EnvironmentID: stagingID, ServiceID: apiID, Host: "-bad-.example.com"}, domain.ErrInvalid},
+		{"unset a variable that is not set", domain.UnsetVariables{EnvironmentID: stagingID, Names: []string{"NOPE"}}, domain.ErrNotFound},
+		{"scale an unknown process", domain.Scale{EnvironmentID: stagingID, ServiceID: apiID, Process: "worker", Replicas: 3}, domain.ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := baseProject(t)
+			_, err := p.Decide(tt.cmd, meta(alice, "c1"))
+			require.Error(t, err)
+			if tt.name == "project name not DNS-safe" {
+				// The project exists already; a fresh one must reject the name itself.
+				_, err = domain.NewProject().Decide(tt.cmd, meta(alice, "c1"))
+				require.ErrorIs(t, err, domain.ErrInvalid)
+				return
+			}
+			require.ErrorIs(t, err, tt.want)
+		})
+	}
+}
+
+func TestDeployCreatesAnImmutableReleaseWithFrozenConfiguration(t *testing.T) {
+	t.Parallel()
+	p := baseProject(t)
+	evs := decideAll(t, p, meta(alice, "c1"),
+		domain.SetVariables{EnvironmentID: stagingID, Variables: []domain.Variable{{Name: "LOG", Value: "info"}}},
+		domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: []domain.Variable{{Name: "PORT", Value: "8080"}, {Name: "LOG", Value: "debug"}}},
+		domain.Scale{EnvironmentID: stagingID, ServiceID: apiID, Process: "web", Replicas: 3},
+		domain.Deploy{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: digest},
+	)
+	rel := evs[len(evs)-2].(domain.ReleaseCreated)
+	require.Equal(t, 1, rel.Number)
+	require.Equal(t, "deploy", rel.Reason)
+	require.Equal(t, []domain.Variable{{Name: "LOG", Value: "debug"}, {Name: "PORT", Value: "8080"}}, rel.Variables, "service variables win over environment-wide ones")
+	require.Equal(t, 3, rel.Processes[0].Replicas, "the environment's replica count is frozen")
+	require.Equal(t, domain.DeploymentRequested{DeploymentID: dep1, ReleaseID: rel1, EnvironmentID: stagingID, ServiceID: apiID}, evs[len(evs)-1])
+
+	// Changing a variable later makes a new release; the first stays as it was.
+	evs = decideAll(t, p, meta(alice, "c2"),
+		domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: []domain.Variable{{Name: "PORT", Value: "9090"}}})
+	require.Len(t, evs, 3)
+	rel2 := evs[1].(domain.ReleaseCreated)
+	require.Equal(t, 2, rel2.Number)
+	require.Equal(t, digest, rel2.Image, "a configuration release keeps the running image")
+	require.Equal(t, "variables", rel2.Reason)
+	require.Equal(t, "9090", rel2.Variables[1].Value)
+	require.Equal(t, "8080", rel.Variables[1].Value, "the first release is unchanged")
+	require.Equal(t, domain.DeriveID("c2", "release", stagingID, apiID), rel2.ReleaseID, "ids derive from the command")
+
+	// The web service was never deployed here: the variable change makes no release for it.
+	evs = decideAll(t, p, meta(alice, "c3"),
+		domain.SetVariables{EnvironmentID: stagingID, ServiceID: webID, Variables: []domain.Variable{{Name: "X", Value: "1"}}})
+	require.Len(t, evs, 1)
+}
+
+func TestDeletedServiceCannotBeDeployed(t *testing.T) {
+	t.Parallel()
+	p := baseProject(t)
+	decideAll(t, p, meta(alice, "c1"),
+		domain.AddDomain{EnvironmentID: stagingID, ServiceID: apiID, Host: "api.example.com"},
+	)
+	d, err := p.Decide(domain.DeleteService{ServiceID: apiID}, meta(alice, "c2"))
+	require.NoError(t, err)
+	require.Equal(t, []domain.NameClaim{{Scope: "domain.host", Name: "api.example.com"}}, d.Releases, "its domains are given back")
+	require.IsType(t, domain.DomainRemoved{}, d.Events[0])
+	for _, e := range d.Events {
+		p.Apply(e)
+	}
+	_, err = p.Decide(domain.Deploy{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: digest}, meta(alice, "c3"))
+	require.ErrorIs(t, err, domain.ErrConflict)
+	require.ErrorContains(t, err, "was deleted")
+	// Its name is free again.
+	decideAll(t, p, meta(alice, "c4"),
+		domain.CreateService{ServiceID: "00000000-0000-4000-8000-0000000000ef", Name: "api", Source: domain.Source{Image: "api:2"}, Processes: web})
+}
+
+func TestProtectedEnvironmentNeedsSomeoneElsesApproval(t *testing.T) {
+	t.Parallel()
+	p := baseProject(t)
+	evs := decideAll(t, p, meta(alice, "c1"),
+		domain.Deploy{EnvironmentID: prodID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: digest})
+	require.Len(t, evs, 1, "nothing happens but the change set")
+	opened := evs[0].(domain.ChangeSetOpened)
+	require.Equal(t, alice, opened.OpenedBy)
+	require.Empty(t, p.Releases[prodID])
+
+	_, err := p.Decide(domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID}, meta(alice, "c2"))
+	require.ErrorIs(t, err, domain.ErrForbidden, "nobody approves their own change")
+
+	evs = decideAll(t, p, meta(bob, "c3"), domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID})
+	require.Equal(t, []string{"changeset.approved", "release.created", "deployment.requested"}, types(evs))
+	require.Len(t, p.Releases[prodID][apiID], 1)
+
+	_, err = p.Decide(domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID}, meta(bob, "c4"))
+	require.ErrorIs(t, err, domain.ErrConflict, "a change set applies once")
+
+	// An invalid change never opens a change set.
+	_, err = p.Decide(domain.Deploy{EnvironmentID: prodID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: "api:latest"}, meta(alice, "c5"))
+	require.ErrorIs(t, err, domain.ErrInvalid)
+}
+
+func TestRollbackDeploysTheEarlierReleaseAgain(t *testing.T) {
+	t.Parallel()
+	p := baseProject(t)
+	decideAll(t, p, meta(alice, "c1"),
+		domain.Deploy{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: digest},
+		domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: []domain.Variable{{Name: "A", Value: "1"}}},
+	)
+	dep := "00000000-0000-4000-8000-0000000000d9"
+	evs := decideAll(t, p, meta(alice, "c2"), domain.Rollback{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep})
+	require.Equal(t, domain.DeploymentRequested{DeploymentID: dep, ReleaseID: rel1, EnvironmentID: stagingID, ServiceID: apiID, Rollback: true}, evs[0])
+	require.Equal(t, "service.rollback", domain.Audit(evs[0]).Action)
+}
+
+func TestDeploymentLifecycle(t *testing.T) {
+	t.Parallel()
+	p := baseProject(t)
+	decideAll(t, p, meta(alice, "c1"), domain.Deploy{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: digest})
+	_, err := p.Decide(domain.MarkDeployment{DeploymentID: dep1, Status: domain.StatusSucceeded}, meta(alice, "c2"))
+	require.ErrorIs(t, err, domain.ErrConflict, "requested cannot jump to succeeded")
+	_, err = p.Decide(domain.MarkDeployment{DeploymentID: dep1, Status: domain.StatusFailed}, meta(alice, "c2"))
+	require.ErrorIs(t, err, domain.ErrInvalid, "a failure needs a reason")
+	decideAll(t, p, meta(alice, "c3"),
+		domain.MarkDeployment{DeploymentID: dep1, Status: domain.StatusDelivering},
+		domain.MarkDeployment{DeploymentID: dep1, Status: domain.StatusSucceeded})
+	_, err = p.Decide(domain.MarkDeployment{DeploymentID: dep1, Status: domain.StatusFailed, Reason: "x"}, meta(alice, "c4"))
+	require.ErrorIs(t, err, domain.ErrConflict)
+}
+
+func TestNameClaimsOfCreation(t *testing.T) {
+	t.Parallel()
+	d, err := domain.NewProject().Decide(domain.CreateProject{ProjectID: projectID, OrgID: orgID, Name: "shop"}, meta(alice, "c"))
+	require.NoError(t, err)
+	require.Equal(t, []domain.NameClaim{{Scope: "org:" + orgID + ":project", Name: "shop"}}, d.Claims)
+
+	p := baseProject(t)
+	d, err = p.Decide(domain.AddDomain{EnvironmentID: stagingID, ServiceID: apiID, Host: "shop.example.com"}, meta(alice, "c"))
+	require.NoError(t, err)
+	require.Equal(t, []domain.NameClaim{{Scope: "domain.host", Name: "shop.example.com"}}, d.Claims)
+}
+
+func TestDecideNeedsMeta(t *testing.T) {
+	t.Parallel()
+	p := baseProject(t)
+	_, err := p.Decide(domain.DeleteService{ServiceID: apiID}, domain.Meta{})
+	require.ErrorIs(t, err, domain.ErrInvalid)
+}
+
+func types(evs []domain.Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.EventType()
+	}
+	return out
+}
+
+func TestOrganisationKeepsAnOwner(t *testing.T) {
+	t.Parallel()
+	o := domain.NewOrganisation()
+	d, err := o.Decide(domain.CreateOrganisation{OrgID: orgID, Name: "acme", Owner: alice}, meta(alice, "c"))
+	require.NoError(t, err)
+	require.Equal(t, []domain.NameClaim{{Scope: "organisation.name", Name: "acme"}}, d.Claims)
+	for _, e := range d.Events {
+		o.Apply(e)
+	}
+	require.Equal(t, domain.RoleOwner, o.Members[alice])
+	_, err = o.Decide(domain.RemoveMember{UserID: alice}, meta(alice, "c"))
+	require.ErrorIs(t, err, domain.ErrConflict)
+	_, err = o.Decide(domain.ChangeMemberRole{UserID: alice, Role: domain.RoleAdmin}, meta(alice, "c"))
+	require.ErrorIs(t, err, domain.ErrConflict)
+	_, err = o.Decide(domain.AddMember{UserID: bob, Role: "boss"}, meta(alice, "c"))
+	require.ErrorIs(t, err, domain.ErrInvalid)
+	d, err = o.Decide(domain.AddMember{UserID: bob, Role: domain.RoleOwner}, meta(alice, "c"))
+	require.NoError(t, err)
+	o.Apply(d.Events[0])
+	_, err = o.Decide(domain.RemoveMember{UserID: alice}, meta(alice, "c"))
+	require.NoError(t, err, "with a second owner the first may leave")
+}
+
+func TestJoinTokensAndServers(t *testing.T) {
+	t.Parallel()
+	c := domain.NewCluster()
+	tok := "00000000-0000-4000-8000-0000000000c1"
+	d, err := c.Decide(domain.CreateCluster{ClusterID: clusterID, OrgID: orgID, Name: "eu-1",
+		JoinToken: domain.IssueJoinToken{TokenID: tok, TokenHash: "h", ExpiresAt: now.Add(time.Hour)}}, meta(alice, "c"))
+	require.NoError(t, err)
+	for _, e := range d.Events {
+		c.Apply(e)
+	}
+	srv := domain.RegisterServer{ServerID: "00000000-0000-4000-8000-0000000000c2", Name: "agent-0", CredentialHash: "ch", JoinTokenID: tok}
+	late := meta("agent", "c")
+	late.Now = now.Add(2 * time.Hour)
+	_, err = c.Decide(srv, late)
+	require.ErrorIs(t, err, domain.ErrForbidden, "an expired join token is refused")
+	d, err = c.Decide(domain.RevokeJoinToken{TokenID: tok}, meta(alice, "c"))
+	require.NoError(t, err)
+	c.Apply(d.Events[0])
+	_, err = c.Decide(srv, meta("agent", "c"))
+	require.ErrorIs(t, err, domain.ErrForbidden, "a revoked join token is refused")
+}
+
+func TestUserTokens(t *testing.T) {
+	t.Parallel()
+	u := domain.NewUser()
+	d, err := u.Decide(domain.RegisterUser{UserID: alice, Email: " Alice@Example.com ", PasswordHash: "x"}, meta(alice, "c"))
+	require.NoError(t, err)
+	require.Equal(t, "alice@example.com", d.Events[0].(domain.UserRegistered).Email)
+	u.Apply(d.Events[0])
+	tok := domain.CreateToken{TokenID: "00000000-0000-4000-8000-0000000000d1", Name: "ci", Scopes: []domain.Scope{"projects:read"}, TokenHash: "h"}
+	_, err = u.Decide(domain.CreateToken{TokenID: tok.TokenID, Name: "ci", Scopes: []domain.Scope{"instance:admin"}, TokenHash: "h"}, meta(alice, "c"))
+	require.True(t, errors.Is(err, domain.ErrForbidden), "only the instance administrator gets instance:admin")
+	_, err = u.Decide(domain.CreateToken{TokenID: tok.TokenID, Name: "ci", Scopes: []domain.Scope{"root"}, TokenHash: "h"}, meta(alice, "c"))
+	require.ErrorIs(t, err, domain.ErrInvalid)
+	_, err = u.Decide(tok, meta(alice, "c"))
+	require.NoError(t, err)
+}
+
+func TestPrincipalAllow(t *testing.T) {
+	t.Parallel()
+	viewer := domain.Principal{UserID: alice, Roles: map[string]domain.Role{orgID: domain.RoleViewer}}
+	require.NoError(t, viewer.Allow(orgID, domain.ScopeProjectsRead))
+	require.ErrorIs(t, viewer.Allow(orgID, domain.ScopeProjectsWrite), domain.ErrForbidden)
+	require.ErrorIs(t, viewer.Allow("00000000-0000-4000-8000-0000000000ff", domain.ScopeProjectsRead), domain.ErrNotFound, "other organisations do not exist for you")
+	tokenOwner := domain.Principal{UserID: alice, Roles: map[string]domain.Role{orgID: domain.RoleOwner}, TokenScopes: []domain.Scope{domain.ScopeProjectsRead}}
+	err := tokenOwner.Allow(orgID, domain.ScopeDeploymentsWrite)
+	require.ErrorIs(t, err, domain.ErrForbidden)
+	require.ErrorContains(t, err, "deployments:write", "a denial names the missing scope")
+	require.ErrorIs(t, domain.Principal{UserID: alice}.Allow("", domain.ScopeInstanceAdmin), domain.ErrForbidden)
+}
