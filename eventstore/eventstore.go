@@ -264,7 +264,7 @@ func classify(err error) error {
 }
 
 const eventColumns = `position, transaction_id::text::bigint, stream_id, stream_version, coalesce(org_id::text, ''),
-	event_type, schema_version, payload::text::bytea, actor_kind, actor_id, actor_name, request_id, occurred_at`
+	event_type, schema_version, payload, actor_kind, actor_id, actor_name, request_id, occurred_at`
 
 func scanEvents(rows pgx.Rows, capHint int) ([]Event, error) {
 	defer rows.Close()

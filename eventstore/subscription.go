@@ -160,3 +160,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// LockSubscription takes a subscription's lock for the rest of tx, pausing
+// whichever process runs it (for the replay tool, which compares the live
+// projection with a rebuilt one and needs it to stand still).
+func LockSubscription(ctx context.Context, tx pgx.Tx, name string) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(name)); err != nil {
+		return fmt.Errorf("locking subscription %s: %w", name, err)
+	}
+	return nil
+}

@@ -42,7 +42,7 @@ CREATE TABLE api_tokens (
     user_id    uuid        NOT NULL,
     org_id     uuid,
     name       text        NOT NULL,
-    scopes     text[]      NOT NULL,
+    scopes     jsonb       NOT NULL,
     token_hash text        NOT NULL UNIQUE,
     created_at timestamptz NOT NULL,
     expires_at timestamptz,

@@ -1,0 +1,169 @@
+// Package command executes commands: it loads an aggregate's stream, folds it
+// into state, asks the pure domain to decide, and appends the decided events
+// with the stream's version as the expected version. When another writer got
+// there first it reloads and decides again; only a real clash (a name taken,
+// a command that no longer applies) reaches the caller.
+package command
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
+)
+
+// Context is who issues a command, and in which request.
+type Context struct {
+	Actor domain.Actor
+	// Person is the user behind the actor ("" for agents and system jobs).
+	Person    string
+	RequestID string
+	// CommandID makes retries of the same request decide the same ids; a new
+	// one is made when empty.
+	CommandID string
+}
+
+// Result is what a command did.
+type Result struct {
+	// Version is the stream's version after the command.
+	Version int
+	Events  []domain.Event
+}
+
+// Config configures a Handler.
+type Config struct {
+	Store  *eventstore.Store
+	Logger *slog.Logger
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// Attempts bounds how often a command is decided again after losing a
+	// race for its stream (default 5).
+	Attempts int
+}
+
+// Handler executes commands.
+type Handler struct {
+	cfg Config
+}
+
+// New returns a handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("command: no event store")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = 5
+	}
+	return &Handler{cfg: cfg}, nil
+}
+
+type aggregate interface{ Apply(domain.Event) }
+
+// run is the load-decide-append loop shared by every aggregate.
+func run[A aggregate](ctx context.Context, h *Handler, c Context, stream, orgID string, fresh func() A,
+	decide func(A, domain.Meta) (domain.Decision, error)) (Result, error) {
+	if c.CommandID == "" {
+		c.CommandID = uuid.NewString()
+	}
+	var lastErr error
+	for attempt := 0; attempt < h.cfg.Attempts; attempt++ {
+		events, err := h.cfg.Store.ReadStream(ctx, stream, 0)
+		if err != nil {
+			return Result{}, err
+		}
+		state := fresh()
+		version := 0
+		for _, e := range events {
+			// One organisation never reaches another's aggregates.
+			if orgID != "" && e.OrgID != "" && e.OrgID != orgID {
+				return Result{}, fmt.Errorf("%w: %s", domain.ErrNotFound, stream)
+			}
+			d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
+			if err != nil {
+				return Result{}, fmt.Errorf("loading %s: %w", stream, err)
+			}
+			state.Apply(d)
+			version = e.StreamVersion
+		}
+		m := domain.Meta{Actor: c.Actor, Person: c.Person, CommandID: c.CommandID, Now: h.cfg.Now().UTC()}
+		dec, err := decide(state, m)
+		if err != nil {
+			return Result{}, err
+		}
+		if len(dec.Events) == 0 {
+			return Result{Version: version}, nil
+		}
+		req := eventstore.AppendRequest{
+			StreamID: stream, ExpectedVersion: version, OrgID: orgID,
+			Actor: c.Actor, RequestID: c.RequestID, OccurredAt: m.Now,
+		}
+		for _, e := range dec.Events {
+			typ, v, payload, err := domain.Encode(e)
+			if err != nil {
+				return Result{}, err
+			}
+			req.Records = append(req.Records, eventstore.Record{Type: typ, SchemaVersion: v, Payload: payload})
+		}
+		for _, cl := range dec.Claims {
+			req.Claims = append(req.Claims, eventstore.Claim{Scope: cl.Scope, Name: cl.Name})
+		}
+		for _, cl := range dec.Releases {
+			req.Releases = append(req.Releases, eventstore.Claim{Scope: cl.Scope, Name: cl.Name})
+		}
+		newVersion, err := h.cfg.Store.Append(ctx, req)
+		if err == nil {
+			return Result{Version: newVersion, Events: dec.Events}, nil
+		}
+		if errors.Is(err, eventstore.ErrNameTaken) {
+			return Result{}, fmt.Errorf("%w: the name is already taken", domain.ErrConflict)
+		}
+		if !errors.Is(err, eventstore.ErrConflict) {
+			return Result{}, err
+		}
+		lastErr = err
+		h.cfg.Logger.Debug("lost a race for a stream, deciding again", "stream", stream, "attempt", attempt+1)
+	}
+	return Result{}, fmt.Errorf("%w: %s changed %d times while deciding: %v", domain.ErrConflict, stream, h.cfg.Attempts, lastErr)
+}
+
+// Instance executes an instance settings command.
+func (h *Handler) Instance(ctx context.Context, c Context, cmd domain.SetAgentAutoUpgrade) (Result, error) {
+	return run(ctx, h, c, domain.InstanceStream(), "", domain.NewInstance,
+		func(s *domain.Instance, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
+}
+
+// User executes a user command (registration, password, tokens).
+func (h *Handler) User(ctx context.Context, c Context, userID string, cmd any) (Result, error) {
+	return run(ctx, h, c, domain.UserStream(userID), "", domain.NewUser,
+		func(s *domain.User, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
+}
+
+// Organisation executes an organisation command.
+func (h *Handler) Organisation(ctx context.Context, c Context, orgID string, cmd any) (Result, error) {
+	return run(ctx, h, c, domain.OrgStream(orgID), orgID, domain.NewOrganisation,
+		func(s *domain.Organisation, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
+}
+
+// Cluster executes a cluster command.
+func (h *Handler) Cluster(ctx context.Context, c Context, orgID, clusterID string, cmd any) (Result, error) {
+	return run(ctx, h, c, domain.ClusterStream(clusterID), orgID, domain.NewCluster,
+		func(s *domain.Cluster, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
+}
+
+// Project executes a project command.
+func (h *Handler) Project(ctx context.Context, c Context, orgID, projectID string, cmd any) (Result, error) {
+	return run(ctx, h, c, domain.ProjectStream(projectID), orgID, domain.NewProject,
+		func(s *domain.Project, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
+}

@@ -1,0 +1,217 @@
+package projections
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+)
+
+// AuditRow is one row of the audit log.
+type AuditRow struct {
+	Position   int64     `json:"position"`
+	Seq        int64     `json:"seq"`
+	OrgID      string    `json:"orgId,omitempty"`
+	ActorKind  string    `json:"actorKind"`
+	ActorID    string    `json:"actorId"`
+	ActorName  string    `json:"actorName"`
+	Action     string    `json:"action"`
+	TargetKind string    `json:"targetKind"`
+	TargetID   string    `json:"targetId"`
+	Target     string    `json:"target"`
+	Detail     string    `json:"detail"`
+	OccurredAt time.Time `json:"occurredAt"`
+	RequestID  string    `json:"requestId"`
+	PrevHash   string    `json:"prevHash"`
+	Hash       string    `json:"hash"`
+}
+
+// ComputeHash chains the row to the one before it: editing, inserting or
+// deleting a row breaks every hash after it.
+func (r AuditRow) ComputeHash() string {
+	h := sha256.New()
+	for _, f := range []string{
+		r.PrevHash, strconv.FormatInt(r.Seq, 10), strconv.FormatInt(r.Position, 10), r.OrgID,
+		r.ActorKind, r.ActorID, r.ActorName, r.Action, r.TargetKind, r.TargetID, r.Target, r.Detail,
+		r.OccurredAt.UTC().Format(time.RFC3339Nano), r.RequestID,
+	} {
+		h.Write([]byte(f))
+		h.Write([]byte{0x1f})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// audit projects every event into the audit log, with the names people read
+// (acme/shop/production/api) resolved from the read models. Names never
+// change once given, so resolving them at projection time is deterministic.
+type audit struct {
+	t     *table
+	names map[string]string
+	seq   int64
+	head  string
+	ready bool
+}
+
+func newAudit() *audit {
+	return &audit{
+		t: newTable("audit_log", 1, "position bigint", "seq bigint", "org_id uuid", "actor_kind text", "actor_id text", "actor_name text",
+			"action text", "target_kind text", "target_id text", "target text", "detail text", "occurred_at timestamptz",
+			"request_id text", "prev_hash text", "hash text"),
+		names: map[string]string{},
+	}
+}
+
+func (a *audit) Name() string     { return "audit-log" }
+func (a *audit) Tables() []string { return []string{a.t.name} }
+
+func (a *audit) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
+	if !a.ready {
+		err := tx.QueryRow(ctx, `SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`).Scan(&a.seq, &a.head)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("reading the audit chain head: %w", err)
+		}
+		a.ready = true
+	}
+	entries := make([]domain.AuditEntry, len(batch))
+	want := map[string][]string{}
+	for i, e := range batch {
+		entries[i] = domain.Audit(e.Data)
+		for kind, id := range targetsOf(entries[i]) {
+			if _, ok := a.names[kind+":"+id]; !ok {
+				want[kind] = append(want[kind], id)
+			}
+		}
+	}
+	if err := a.resolve(ctx, tx, want); err != nil {
+		return err
+	}
+	// The head advances only when the batch commits: on failure the whole
+	// transaction rolls back, and so must this state.
+	seq, head := a.seq, a.head
+	for i, e := range batch {
+		en := entries[i]
+		seq++
+		row := AuditRow{
+			Position: e.Position, Seq: seq, OrgID: e.OrgID,
+			ActorKind: string(e.Actor.Kind), ActorID: e.Actor.ID, ActorName: e.Actor.Name,
+			Action: en.Action, TargetKind: en.TargetKind, TargetID: en.TargetID, Target: a.targetName(en),
+			Detail: en.Detail, OccurredAt: e.OccurredAt, RequestID: e.RequestID, PrevHash: head,
+		}
+		row.Hash = row.ComputeHash()
+		head = row.Hash
+		a.t.upsert(row.Position, row.Seq, nullable(row.OrgID), row.ActorKind, row.ActorID, row.ActorName, row.Action,
+			row.TargetKind, row.TargetID, row.Target, row.Detail, row.OccurredAt, row.RequestID, row.PrevHash, row.Hash)
+	}
+	if err := flush(ctx, tx, a.t); err != nil {
+		return err
+	}
+	a.seq, a.head = seq, head
+	return nil
+}
+
+// forget drops in-memory state after a failed batch, so the next batch reads
+// the chain head again.
+func (a *audit) forget() { a.ready = false }
+
+// targetsOf lists the (kind, id) names an audit entry needs.
+func targetsOf(en domain.AuditEntry) map[string]string {
+	if en.TargetKind == "deployment-target" {
+		env, svc, _ := strings.Cut(en.TargetID, "/")
+		return map[string]string{"environment": env, "service": svc}
+	}
+	return map[string]string{en.TargetKind: en.TargetID}
+}
+
+func (a *audit) targetName(en domain.AuditEntry) string {
+	if en.TargetKind == "instance" {
+		return "instance"
+	}
+	if en.TargetKind == "deployment-target" {
+		env, svc, _ := strings.Cut(en.TargetID, "/")
+		s := a.names["service:"+svc]
+		if i := strings.LastIndexByte(s, '/'); i >= 0 {
+			s = s[i+1:]
+		}
+		return a.nameOr("environment", env) + "/" + or(s, svc)
+	}
+	return a.nameOr(en.TargetKind, en.TargetID)
+}
+
+func (a *audit) nameOr(kind, id string) string { return or(a.names[kind+":"+id], id) }
+
+func or(s, fallback string) string {
+	if s == "" {
+		return fallback
+	}
+	return s
+}
+
+var nameQueries = map[string]string{
+	"organisation": `SELECT id::text, name FROM organisations WHERE id = ANY($1::uuid[])`,
+	"project": `SELECT p.id::text, o.name || '/' || p.name FROM projects p JOIN organisations o ON o.id = p.org_id
+		WHERE p.id = ANY($1::uuid[])`,
+	"environment": `SELECT e.id::text, o.name || '/' || p.name || '/' || e.name FROM environments e
+		JOIN projects p ON p.id = e.project_id JOIN organisations o ON o.id = p.org_id WHERE e.id = ANY($1::uuid[])`,
+	"service": `SELECT s.id::text, o.name || '/' || p.name || '/*/' || s.name FROM services s
+		JOIN projects p ON p.id = s.project_id JOIN organisations o ON o.id = p.org_id WHERE s.id = ANY($1::uuid[])`,
+	"cluster": `SELECT c.id::text, o.name || '/' || c.name FROM clusters c JOIN organisations o ON o.id = c.org_id
+		WHERE c.id = ANY($1::uuid[])`,
+	"server": `SELECT s.id::text, o.name || '/' || c.name || '/' || s.name FROM servers s
+		JOIN clusters c ON c.id = s.cluster_id JOIN organisations o ON o.id = c.org_id WHERE s.id = ANY($1::uuid[])`,
+	"user":  `SELECT id::text, email FROM users WHERE id = ANY($1::uuid[])`,
+	"token": `SELECT t.id::text, t.name || ' (' || u.email || ')' FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.id = ANY($1::uuid[])`,
+	"deployment": `SELECT d.id::text, o.name || '/' || p.name || '/' || e.name || '/' || s.name FROM deployments d
+		JOIN environments e ON e.id = d.environment_id JOIN services s ON s.id = d.service_id
+		JOIN projects p ON p.id = d.project_id JOIN organisations o ON o.id = p.org_id WHERE d.id = ANY($1::uuid[])`,
+	"changeset": `SELECT c.id::text, o.name || '/' || p.name || '/' || e.name FROM changesets c
+		JOIN environments e ON e.id = c.environment_id JOIN projects p ON p.id = c.project_id
+		JOIN organisations o ON o.id = p.org_id WHERE c.id = ANY($1::uuid[])`,
+}
+
+const maxNames = 100_000
+
+func (a *audit) resolve(ctx context.Context, tx pgx.Tx, want map[string][]string) error {
+	if len(a.names) > maxNames {
+		a.names = map[string]string{}
+	}
+	for _, kind := range sortedKeys(want) {
+		q, ok := nameQueries[kind]
+		if !ok {
+			continue
+		}
+		var ids []string
+		for _, id := range want[kind] {
+			if domain.ValidateID(kind, id) == nil {
+				ids = append(ids, id)
+			}
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		rows, err := tx.Query(ctx, q, ids)
+		if err != nil {
+			return fmt.Errorf("resolving %s names: %w", kind, err)
+		}
+		for rows.Next() {
+			var id, name string
+			if err := rows.Scan(&id, &name); err != nil {
+				rows.Close()
+				return fmt.Errorf("resolving %s names: %w", kind, err)
+			}
+			a.names[kind+":"+id] = name
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("resolving %s names: %w", kind, err)
+		}
+	}
+	return nil
+}

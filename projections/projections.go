@@ -1,0 +1,175 @@
+// Package projections builds everything that is read from the events: the
+// audit log (hash-chained), the release history, the read models of the API,
+// and the per-environment desired-state revisions. It also recompiles the
+// desired state of each environment an event touches and records a new
+// revision when its hash changed, and it holds the replay tool that rebuilds
+// every projection from event 0 and compares it with the live one.
+//
+// All projectors run in one subscription, in one transaction per batch
+// together with its checkpoint: exactly once, in commit order.
+package projections
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
+)
+
+// SubscriptionName is the stable name of the projections' subscription.
+const SubscriptionName = "projections"
+
+// KeyChecker tells which sealed values the current master key can open; the
+// compiler holds services whose secrets it cannot.
+type KeyChecker interface {
+	Readable(ctx context.Context, dataKeyIDs []string) (map[string]bool, error)
+}
+
+// Config configures the projections.
+type Config struct {
+	Store  *eventstore.Store
+	Keys   KeyChecker
+	Logger *slog.Logger
+	// Now is the clock for revision events; time.Now when nil.
+	Now       func() time.Time
+	BatchSize int
+}
+
+// Validate joins every problem with the configuration.
+func (c Config) Validate() error {
+	if c.Store == nil {
+		return fmt.Errorf("projections: no event store")
+	}
+	if c.Keys == nil {
+		return fmt.Errorf("projections: no key checker")
+	}
+	return nil
+}
+
+// Projections runs the projectors and the revision compiler.
+type Projections struct {
+	cfg   Config
+	procs []projector
+	audit *audit
+}
+
+// New returns the projections.
+func New(cfg Config) (*Projections, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = 5000
+	}
+	p := &Projections{cfg: cfg}
+	p.procs, p.audit = newProjectors()
+	return p, nil
+}
+
+// newProjectors returns a fresh set of projectors in the order they must run:
+// the audit log resolves names from the read models and the history.
+func newProjectors() ([]projector, *audit) {
+	a := newAudit()
+	return []projector{newReadModels(), newHistory(), newRevisions(), a}, a
+}
+
+// Tables lists every projection table, by projector name.
+func Tables() map[string][]string {
+	procs, _ := newProjectors()
+	out := map[string][]string{}
+	for _, p := range procs {
+		out[p.Name()] = p.Tables()
+	}
+	return out
+}
+
+func decodeBatch(events []eventstore.Event) ([]Decoded, error) {
+	out := make([]Decoded, len(events))
+	for i, e := range events {
+		d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("event %d: %w", e.Position, err)
+		}
+		out[i] = Decoded{Event: e, Data: d}
+	}
+	return out, nil
+}
+
+func project(ctx context.Context, tx pgx.Tx, procs []projector, batch []Decoded) error {
+	for _, p := range procs {
+		if err := p.Project(ctx, tx, batch); err != nil {
+			return fmt.Errorf("projection %s: %w", p.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Subscription returns the subscription that keeps the projections current.
+func (p *Projections) Subscription(wake <-chan struct{}) eventstore.Subscription {
+	return eventstore.Subscription{
+		Name:      SubscriptionName,
+		BatchSize: p.cfg.BatchSize,
+		Wake:      wake,
+		Handle:    p.handle,
+	}
+}
+
+func (p *Projections) handle(ctx context.Context, tx pgx.Tx, events []eventstore.Event) error {
+	batch, err := decodeBatch(events)
+	if err != nil {
+		return err
+	}
+	if err := project(ctx, tx, p.procs, batch); err != nil {
+		p.audit.forget()
+		return err
+	}
+	// A recorded revision is an appended event: its NOTIFY goes out when
+	// this transaction commits, which is what wakes the agents' hub.
+	if err := p.compileAffected(ctx, tx, batch); err != nil {
+		p.audit.forget()
+		return err
+	}
+	return nil
+}
+
+// Run keeps the projections current until ctx ends.
+func (p *Projections) Run(ctx context.Context, wake <-chan struct{}) error {
+	return p.cfg.Store.Run(ctx, p.Subscription(wake))
+}
+
+// CatchUp handles every event visible now and returns how many it handled.
+func (p *Projections) CatchUp(ctx context.Context) (int, error) {
+	sub := p.Subscription(nil)
+	if err := eventstore.EnsureCheckpoint(ctx, p.cfg.Store.Pool(), sub.Name); err != nil {
+		return 0, err
+	}
+	total := 0
+	for {
+		n, err := p.cfg.Store.Step(ctx, sub)
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

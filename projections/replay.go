@@ -1,0 +1,370 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nebulactrl/nebulactrl/desiredstate"
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
+)
+
+// replaySchema holds the rebuilt tables while a replay runs; it never outlives
+// the replay's transaction.
+const replaySchema = "nebula_replay"
+
+// TableReport compares one live table with its rebuild.
+type TableReport struct {
+	Table      string `json:"table"`
+	Equal      bool   `json:"equal"`
+	LiveRows   int64  `json:"liveRows"`
+	ReplayRows int64  `json:"replayRows"`
+	// FirstDifference names the first row (by primary key) that differs.
+	FirstDifference string `json:"firstDifference,omitempty"`
+}
+
+// ProjectionReport compares one projection.
+type ProjectionReport struct {
+	Projection string        `json:"projection"`
+	Equal      bool          `json:"equal"`
+	Tables     []TableReport `json:"tables"`
+}
+
+// ReplayReport is what the replay tool found.
+type ReplayReport struct {
+	Events      int64              `json:"events"`
+	Duration    time.Duration      `json:"duration"`
+	Projections []ProjectionReport `json:"projections"`
+	Chain       ChainReport        `json:"chain"`
+}
+
+// Equal reports whether every projection equals its rebuild and the audit chain holds.
+func (r ReplayReport) Equal() bool {
+	for _, p := range r.Projections {
+		if !p.Equal {
+			return false
+		}
+	}
+	return r.Chain.OK
+}
+
+// Replay rebuilds every projection from event 0 into fresh tables and compares
+// each with the live one, row by row (row hashes, in primary key order). The
+// live projections stand still meanwhile (their subscription lock is held), and
+// the rebuild reads exactly the events the live ones have handled. Nothing is
+// left behind: the rebuilt tables vanish with the transaction.
+func Replay(ctx context.Context, pool *pgxpool.Pool) (ReplayReport, error) {
+	start := time.Now()
+	var rep ReplayReport
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("replay: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := eventstore.LockSubscription(ctx, tx, SubscriptionName); err != nil {
+		return rep, err
+	}
+	upTo, handled, err := eventstore.Checkpoint(ctx, tx, SubscriptionName)
+	if err != nil {
+		return rep, err
+	}
+	procs, err := rebuild(ctx, tx, upTo, 10_000)
+	if err != nil {
+		return rep, err
+	}
+	rep.Events = handled
+	for _, p := range procs {
+		pr := ProjectionReport{Projection: p.Name(), Equal: true}
+		for _, t := range p.Tables() {
+			tr, err := compareTable(ctx, tx, t)
+			if err != nil {
+				return rep, err
+			}
+			pr.Equal = pr.Equal && tr.Equal
+			pr.Tables = append(pr.Tables, tr)
+		}
+		rep.Projections = append(rep.Projections, pr)
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL search_path TO DEFAULT`); err != nil {
+		return rep, err
+	}
+	if rep.Chain, err = VerifyChain(ctx, tx); err != nil {
+		return rep, err
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+// Rebuild projects every event (up to the live checkpoint) into fresh tables
+// and throws them away; it returns how many events it projected. The
+// benchmark of projection speed uses it.
+func Rebuild(ctx context.Context, pool *pgxpool.Pool, batchSize int) (int64, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	upTo, n, err := eventstore.Checkpoint(ctx, tx, SubscriptionName)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := rebuild(ctx, tx, upTo, batchSize); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func rebuild(ctx context.Context, tx pgx.Tx, upTo eventstore.Cursor, batchSize int) ([]projector, error) {
+	procs, _ := newProjectors()
+	var live string
+	if err := tx.QueryRow(ctx, `SELECT current_schema()`).Scan(&live); err != nil {
+		return nil, err
+	}
+	stmts := []string{
+		`DROP SCHEMA IF EXISTS ` + replaySchema + ` CASCADE`,
+		`CREATE SCHEMA ` + replaySchema,
+	}
+	for _, p := range procs {
+		for _, t := range p.Tables() {
+			stmts = append(stmts, fmt.Sprintf(`CREATE TABLE %s.%s (LIKE %s.%s INCLUDING ALL)`, replaySchema, t, pgx.Identifier{live}.Sanitize(), t))
+		}
+	}
+	// Unqualified names now resolve to the rebuilt tables first; the events
+	// table exists only in the live schema.
+	stmts = append(stmts, fmt.Sprintf(`SET LOCAL search_path TO %s, %s`, replaySchema, pgx.Identifier{live}.Sanitize()))
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return nil, fmt.Errorf("preparing the replay: %w", err)
+		}
+	}
+	if upTo == (eventstore.Cursor{}) {
+		return procs, nil
+	}
+	var after eventstore.Cursor
+	for {
+		events, err := eventstore.ReadAll(ctx, tx, after, batchSize)
+		if err != nil {
+			return nil, err
+		}
+		n := len(events)
+		for i, e := range events {
+			if beyond(e.Cursor(), upTo) {
+				events = events[:i]
+				break
+			}
+		}
+		if len(events) == 0 {
+			return procs, nil
+		}
+		batch, err := decodeBatch(events)
+		if err != nil {
+			return nil, err
+		}
+		if err := project(ctx, tx, procs, batch); err != nil {
+			return nil, err
+		}
+		after = events[len(events)-1].Cursor()
+		if len(events) < n || after == upTo {
+			return procs, nil
+		}
+	}
+}
+
+func beyond(c, limit eventstore.Cursor) bool {
+	return c.TxID > limit.TxID || (c.TxID == limit.TxID && c.Position > limit.Position)
+}
+
+func primaryKey(ctx context.Context, tx pgx.Tx, table string) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT a.attname FROM pg_index i
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+		WHERE i.indrelid = $1::regclass AND i.indisprimary
+		ORDER BY array_position(i.indkey, a.attnum)`, table)
+	if err != nil {
+		return nil, fmt.Errorf("primary key of %s: %w", table, err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+type rowHash struct{ key, hash string }
+
+func tableHashes(ctx context.Context, tx pgx.Tx, qualified string, pk []string) ([]rowHash, error) {
+	keyExpr := make([]string, len(pk))
+	for i, c := range pk {
+		keyExpr[i] = fmt.Sprintf("'%s=' || t.%s::text", c, c)
+	}
+	q := fmt.Sprintf(`SELECT concat_ws(' ', %s), md5(t::text) FROM %s t ORDER BY %s`,
+		strings.Join(keyExpr, ", "), qualified, strings.Join(pk, ", "))
+	rows, err := tx.Query(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("hashing rows of %s: %w", qualified, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (rowHash, error) {
+		var h rowHash
+		err := r.Scan(&h.key, &h.hash)
+		return h, err
+	})
+}
+
+func compareTable(ctx context.Context, tx pgx.Tx, table string) (TableReport, error) {
+	rep := TableReport{Table: table}
+	var live string
+	if err := tx.QueryRow(ctx, `SELECT nspname FROM pg_namespace WHERE oid = (SELECT relnamespace FROM pg_class WHERE oid = $1::regclass)`,
+		"events").Scan(&live); err != nil {
+		return rep, err
+	}
+	pk, err := primaryKey(ctx, tx, replaySchema+"."+table)
+	if err != nil {
+		return rep, err
+	}
+	a, err := tableHashes(ctx, tx, pgx.Identifier{live, table}.Sanitize(), pk)
+	if err != nil {
+		return rep, err
+	}
+	b, err := tableHashes(ctx, tx, pgx.Identifier{replaySchema, table}.Sanitize(), pk)
+	if err != nil {
+		return rep, err
+	}
+	rep.LiveRows, rep.ReplayRows = int64(len(a)), int64(len(b))
+	rep.Equal = true
+	for i := 0; i < len(a) || i < len(b); i++ {
+		switch {
+		case i >= len(a):
+			rep.Equal, rep.FirstDifference = false, "row "+b[i].key+" is missing from the live table"
+		case i >= len(b):
+			rep.Equal, rep.FirstDifference = false, "row "+a[i].key+" is in the live table but no event makes it"
+		case a[i].key != b[i].key:
+			k := a[i].key
+			if b[i].key < k {
+				k = b[i].key
+			}
+			rep.Equal, rep.FirstDifference = false, "row "+k+" is in one table but not the other"
+		case a[i].hash != b[i].hash:
+			rep.Equal, rep.FirstDifference = false, "row "+a[i].key+" differs"
+		}
+		if !rep.Equal {
+			break
+		}
+	}
+	return rep, nil
+}
+
+// ChainReport is the result of verifying the audit hash chain.
+type ChainReport struct {
+	OK     bool  `json:"ok"`
+	Rows   int64 `json:"rows"`
+	Events int64 `json:"events"`
+	// Problem describes the first break, naming the row.
+	Problem string `json:"problem,omitempty"`
+}
+
+// VerifyChain walks the audit log in order, recomputing every hash and link,
+// and checks the chain's head against the number of events projected, so a
+// deleted tail is found too.
+func VerifyChain(ctx context.Context, q eventstore.Querier) (ChainReport, error) {
+	var rep ChainReport
+	_, handled, err := eventstore.Checkpoint(ctx, q, SubscriptionName)
+	if err != nil {
+		return rep, err
+	}
+	rep.Events = handled
+	rows, err := q.Query(ctx, `SELECT position, seq, coalesce(org_id::text, ''), actor_kind, actor_id, actor_name, action,
+		target_kind, target_id, target, detail, occurred_at, request_id, prev_hash, hash FROM audit_log ORDER BY seq`)
+	if err != nil {
+		return rep, fmt.Errorf("reading the audit log: %w", err)
+	}
+	defer rows.Close()
+	prev := ""
+	for rows.Next() {
+		var r AuditRow
+		if err := rows.Scan(&r.Position, &r.Seq, &r.OrgID, &r.ActorKind, &r.ActorID, &r.ActorName, &r.Action,
+			&r.TargetKind, &r.TargetID, &r.Target, &r.Detail, &r.OccurredAt, &r.RequestID, &r.PrevHash, &r.Hash); err != nil {
+			return rep, err
+		}
+		rep.Rows++
+		switch {
+		case r.Seq != rep.Rows:
+			rep.Problem = fmt.Sprintf("row seq %d follows seq %d: rows between them were deleted", r.Seq, rep.Rows-1)
+		case r.PrevHash != prev:
+			rep.Problem = fmt.Sprintf("row seq %d (position %d) does not link to the row before it", r.Seq, r.Position)
+		case r.ComputeHash() != r.Hash:
+			rep.Problem = fmt.Sprintf("row seq %d (position %d, %s) was changed after it was written", r.Seq, r.Position, r.Action)
+		}
+		if rep.Problem != "" {
+			return rep, nil
+		}
+		prev = r.Hash
+	}
+	if err := rows.Err(); err != nil {
+		return rep, err
+	}
+	if rep.Rows != handled {
+		rep.Problem = fmt.Sprintf("the audit log has %d rows but %d events were projected: the last %d rows were deleted", rep.Rows, handled, handled-rep.Rows)
+		if rep.Rows > handled {
+			rep.Problem = fmt.Sprintf("the audit log has %d rows but only %d events were projected", rep.Rows, handled)
+		}
+		return rep, nil
+	}
+	rep.OK = true
+	return rep, nil
+}
+
+// Revision is one desired-state revision of an environment.
+type Revision struct {
+	EnvironmentID string                `json:"environmentId"`
+	Number        int                   `json:"number"`
+	Hash          string                `json:"hash"`
+	CompiledAt    time.Time             `json:"compiledAt"`
+	Document      desiredstate.Document `json:"document"`
+}
+
+// ErrNoRevision means the environment had no revision at that time.
+var ErrNoRevision = errors.New("no revision")
+
+// StateAt returns the revision an environment had at time at, from the
+// revision events themselves (the facts), not from a projection.
+func StateAt(ctx context.Context, q eventstore.Querier, envID string, at time.Time) (Revision, error) {
+	return revisionWhere(ctx, q, envID, `occurred_at <= $2 ORDER BY stream_version DESC LIMIT 1`, at)
+}
+
+// RevisionNumber returns revision n of an environment (0 means the latest).
+func RevisionNumber(ctx context.Context, q eventstore.Querier, envID string, n int) (Revision, error) {
+	if n == 0 {
+		return revisionWhere(ctx, q, envID, `$2::int = 0 ORDER BY stream_version DESC LIMIT 1`, 0)
+	}
+	return revisionWhere(ctx, q, envID, `stream_version = $2`, n)
+}
+
+func revisionWhere(ctx context.Context, q eventstore.Querier, envID, where string, arg any) (Revision, error) {
+	var rev Revision
+	var payload []byte
+	var typ string
+	var sv int16
+	err := q.QueryRow(ctx, `SELECT event_type, schema_version, payload, occurred_at FROM events
+		WHERE stream_id = $1 AND `+where, domain.RevisionStream(envID), arg).Scan(&typ, &sv, &payload, &rev.CompiledAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rev, ErrNoRevision
+	}
+	if err != nil {
+		return rev, fmt.Errorf("reading revisions of %s: %w", envID, err)
+	}
+	ev, err := domain.Decode(typ, int(sv), payload)
+	if err != nil {
+		return rev, err
+	}
+	rc, ok := ev.(domain.RevisionCompiled)
+	if !ok {
+		return rev, fmt.Errorf("stream of %s holds a %s event", envID, typ)
+	}
+	doc, err := desiredstate.Decode(rc.Document)
+	if err != nil {
+		return rev, fmt.Errorf("revision %d of %s: %w", rc.Number, envID, err)
+	}
+	rev.EnvironmentID, rev.Number, rev.Hash, rev.Document = envID, rc.Number, rc.Hash, doc
+	return rev, nil
+}
