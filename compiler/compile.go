@@ -32,7 +32,7 @@ func Compile(s Snapshot) desiredstate.Document {
 
 	// Only services that are live and deployed here go into the document.
 	// Sorting by name, then ID, makes the output independent of input order.
-	var deployed []*Service
+	deployed := make([]*Service, 0, len(s.Services))
 	for i := range s.Services {
 		svc := &s.Services[i]
 		// A nameless service cannot be represented (the document is keyed
@@ -99,9 +99,18 @@ func (c *compilation) service(svc *Service) desiredstate.Service {
 		}
 	}
 
-	vars := slices.Clone(rel.Variables)
-	slices.SortStableFunc(vars, func(a, b domain.Variable) int { return strings.Compare(a.Name, b.Name) })
-	out := make([]desiredstate.Variable, len(vars))
+	// Sort pointers rather than the variables themselves: cheaper to swap,
+	// and the release is left untouched.
+	vars := make([]*domain.Variable, len(rel.Variables))
+	for i := range rel.Variables {
+		vars[i] = &rel.Variables[i]
+	}
+	byName := func(a, b *domain.Variable) int { return strings.Compare(a.Name, b.Name) }
+	if !slices.IsSortedFunc(vars, byName) {
+		slices.SortStableFunc(vars, byName)
+	}
+	// Shape first, in a pass of its own: if a duplicate were found while
+	// resolving, which reason wins would depend on the order of the copies.
 	for i, v := range vars {
 		if v.Name == "" {
 			return held(svc, fmt.Sprintf("release %d has a variable without a name", rel.Number))
@@ -109,7 +118,10 @@ func (c *compilation) service(svc *Service) desiredstate.Service {
 		if i > 0 && vars[i-1].Name == v.Name {
 			return held(svc, fmt.Sprintf("release %d has more than one variable named %s", rel.Number, v.Name))
 		}
-		resolved, reason := c.resolve(v)
+	}
+	out := make([]desiredstate.Variable, len(vars))
+	for i, v := range vars {
+		resolved, reason := c.resolve(*v)
 		if reason != "" {
 			return held(svc, reason)
 		}

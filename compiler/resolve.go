@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/nebulactrl/nebulactrl/desiredstate"
@@ -15,20 +16,23 @@ type compilation struct {
 	unreadable map[string]bool
 	services   []Service
 	names      map[string]nameInfo
-	// liveVars indexes a service's live variables by name; built only for
-	// services that something references.
+	// liveVars indexes the live variables of services with many of them by
+	// name; built only for services that something references.
 	liveVars map[int]map[string]int
 }
 
-// nameInfo is what the snapshot says about one service name.
+// nameInfo is what the snapshot says about one service name. A name that
+// is present with live == 0 belonged only to deleted services.
 type nameInfo struct {
-	live    int // how many non-deleted services have the name
-	index   int // index in services of one live service with the name
-	deleted bool
+	live  int // how many non-deleted services have the name
+	index int // index in services of one live service with the name
 }
 
-// ambiguous marks a live variable name that is set more than once.
-const ambiguous = -1
+// Results of liveVar besides an index.
+const (
+	notSet    = -1
+	ambiguous = -2 // the name is set more than once
+)
 
 func newCompilation(s Snapshot, namespace string) *compilation {
 	c := &compilation{
@@ -40,9 +44,7 @@ func newCompilation(s Snapshot, namespace string) *compilation {
 	}
 	for i, svc := range s.Services {
 		n := c.names[svc.Name]
-		if svc.Deleted {
-			n.deleted = true
-		} else {
+		if !svc.Deleted {
 			n.live++
 			n.index = i
 		}
@@ -64,6 +66,11 @@ func (c *compilation) resolve(v domain.Variable) (desiredstate.Variable, string)
 		return desiredstate.Variable{Name: v.Name, Secret: seal(v.Secret)}, ""
 	}
 
+	// Most values hold no reference; ParseReferences finds them by "${{"
+	// too, so skipping it here changes nothing but the cost.
+	if !strings.Contains(v.Value, "${{") {
+		return desiredstate.Variable{Name: v.Name, Value: v.Value}, ""
+	}
 	refs, err := domain.ParseReferences(v.Value)
 	if err != nil {
 		return desiredstate.Variable{}, fmt.Sprintf("variable %s: %s",
@@ -74,6 +81,7 @@ func (c *compilation) resolve(v domain.Variable) (desiredstate.Variable, string)
 	}
 
 	var b strings.Builder
+	b.Grow(len(v.Value) + 64*len(refs))
 	last := 0
 	for _, r := range refs {
 		target, reason := c.lookup(v.Name, r)
@@ -117,7 +125,7 @@ func (c *compilation) lookup(from string, r domain.Reference) (domain.Variable, 
 	}
 	svc := &c.services[n.index]
 
-	if i, ok := c.vars(n.index)[r.Variable]; ok {
+	if i := c.liveVar(n.index, r.Variable); i != notSet {
 		if i == ambiguous {
 			return domain.Variable{}, fmt.Sprintf("variable %s references %s.%s, which is set more than once", from, r.Service, r.Variable)
 		}
@@ -145,30 +153,47 @@ func (c *compilation) lookup(from string, r domain.Reference) (domain.Variable, 
 		return domain.Variable{Name: "HOST", Value: svc.Name + "." + c.namespace + ".svc.cluster.local"}, ""
 	case "PORT":
 		if port := defaultPort(svc.Release); port > 0 {
-			return domain.Variable{Name: "PORT", Value: fmt.Sprint(port)}, ""
+			return domain.Variable{Name: "PORT", Value: strconv.Itoa(port)}, ""
 		}
 	}
 	return domain.Variable{}, fmt.Sprintf("variable %s references %s.%s, which is not set", from, r.Service, r.Variable)
 }
 
-// vars returns the name index of a service's live variables, building it the
-// first time the service is referenced.
-func (c *compilation) vars(i int) map[string]int {
-	if m, ok := c.liveVars[i]; ok {
-		return m
-	}
+// liveVar returns the index of the live variable name of service i,
+// ambiguous if it is set more than once, or notSet.
+func (c *compilation) liveVar(i int, name string) int {
 	vs := c.services[i].Variables
-	m := make(map[string]int, len(vs))
-	for j, v := range vs {
-		if _, dup := m[v.Name]; dup {
-			// Which one wins would depend on input order; refuse instead.
-			m[v.Name] = ambiguous
-			continue
+	// A short list is scanned: cheaper than building a map for a service
+	// referenced once or twice, which is the common case.
+	if len(vs) <= 16 {
+		found := notSet
+		for j := range vs {
+			if vs[j].Name == name {
+				if found != notSet {
+					return ambiguous
+				}
+				found = j
+			}
 		}
-		m[v.Name] = j
+		return found
 	}
-	c.liveVars[i] = m
-	return m
+	m, ok := c.liveVars[i]
+	if !ok {
+		m = make(map[string]int, len(vs))
+		for j, v := range vs {
+			if _, dup := m[v.Name]; dup {
+				// Which one wins would depend on input order; refuse instead.
+				m[v.Name] = ambiguous
+				continue
+			}
+			m[v.Name] = j
+		}
+		c.liveVars[i] = m
+	}
+	if j, ok := m[name]; ok {
+		return j
+	}
+	return notSet
 }
 
 // defaultPort is the port PORT means for a service that does not set PORT:

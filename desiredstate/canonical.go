@@ -33,20 +33,9 @@ var (
 // canonical form and returns an error wrapping ErrInvalid or
 // ErrUnsupportedSchema.
 func (d Document) Canonical() ([]byte, error) {
-	n := normalize(d)
-	if err := n.validate(); err != nil {
-		return nil, err
-	}
 	var buf bytes.Buffer
-	// Most services encode to well under a kilobyte; growing once up front
-	// saves the repeated doubling on large environments.
-	buf.Grow(512 + 768*len(n.Services))
-	enc := json.NewEncoder(&buf)
-	// Host names, commands and values may contain <, > and &; escaping them
-	// would be harmless but is noise nobody reads the document through HTML.
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(n); err != nil {
-		return nil, fmt.Errorf("desiredstate: encode: %w", err)
+	if err := d.encode(&buf); err != nil {
+		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
@@ -55,12 +44,60 @@ func (d Document) Canonical() ([]byte, error) {
 // encoding. Equal hashes mean equal documents, which is what lets the control
 // plane skip recording a revision that changes nothing.
 func (d Document) Hash() (string, error) {
-	b, err := d.Canonical()
-	if err != nil {
+	// Stream into the hash rather than hashing Canonical(): encoding/json
+	// reuses its internal buffer between calls, so a large environment is
+	// hashed without allocating a second copy of the document.
+	h := sha256.New()
+	w := &holdLastByte{w: h}
+	if err := d.encode(w); err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	if !w.held || w.last != '\n' {
+		return "", errors.New("desiredstate: encoder did not end the document with a newline")
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// encode writes the canonical encoding followed by the newline that
+// json.Encoder always appends.
+func (d Document) encode(w io.Writer) error {
+	n := normalize(d)
+	if err := n.validate(); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(w)
+	// Host names, commands and values may contain <, > and &; escaping them
+	// would be harmless but is noise: nobody reads the document through HTML.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(n); err != nil {
+		return fmt.Errorf("desiredstate: encode: %w", err)
+	}
+	return nil
+}
+
+// holdLastByte passes everything but the very last byte written on to w, so
+// the newline json.Encoder appends never reaches the hash, however the
+// encoder splits its writes.
+type holdLastByte struct {
+	w    io.Writer
+	last byte
+	held bool
+}
+
+func (x *holdLastByte) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if x.held {
+		if _, err := x.w.Write([]byte{x.last}); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := x.w.Write(p[:len(p)-1]); err != nil {
+		return 0, err
+	}
+	x.last, x.held = p[len(p)-1], true
+	return len(p), nil
 }
 
 // Validate reports whether d keeps the invariants of the format. It checks

@@ -1,6 +1,9 @@
 package desiredstate
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"math/rand/v2"
 	"regexp"
@@ -221,4 +224,27 @@ func TestValidate(t *testing.T) {
 		})
 	}
 	require.NoError(t, sample().Validate())
+}
+
+// Hash streams into SHA-256 instead of hashing Canonical(); both must agree.
+func TestHashIsSHA256OfCanonical(t *testing.T) {
+	for _, d := range []Document{sample(), {SchemaVersion: 1}} {
+		sum := sha256.Sum256(mustCanonical(t, d))
+		require.Equal(t, "sha256:"+hex.EncodeToString(sum[:]), mustHash(t, d))
+	}
+}
+
+func TestHoldLastByteWhateverTheChunks(t *testing.T) {
+	in := []byte("{\"a\":1}\n")
+	for size := 1; size <= len(in); size++ {
+		var out bytes.Buffer
+		w := &holdLastByte{w: &out}
+		for i := 0; i < len(in); i += size {
+			_, err := w.Write(in[i:min(i+size, len(in))])
+			require.NoError(t, err)
+		}
+		require.Equal(t, `{"a":1}`, out.String())
+		require.True(t, w.held)
+		require.Equal(t, byte('\n'), w.last)
+	}
 }

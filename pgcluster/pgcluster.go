@@ -83,7 +83,10 @@ func (c Config) Validate() error {
 
 // Cluster is a running PostgreSQL cluster.
 type Cluster struct {
-	cfg    Config
+	cfg Config
+	// owned is false when the cluster was already running (another nebula
+	// process started it): Stop then leaves it alone.
+	owned  bool
 	port   int
 	cred   *syscall.Credential
 	uid    int
@@ -152,6 +155,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p, ok := c.lastPort(); ok && !fresh && c.running(ctx) {
+		c.port = p
+		return c, nil
+	}
+	c.owned = true
 	c.port = cfg.Port
 	if c.port == 0 {
 		if p, ok := c.lastPort(); ok && !fresh && portFree(p) {
@@ -342,8 +350,18 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 }
 
-// Stop shuts the cluster down (fast mode: open transactions are rolled back).
+// running reports whether a postmaster serves the data directory now.
+func (c *Cluster) running(ctx context.Context) bool {
+	_, err := c.run(ctx, "pg_ctl", "status", "-D", c.pgdata())
+	return err == nil
+}
+
+// Stop shuts the cluster down (fast mode: open transactions are rolled back),
+// unless this process found it already running.
 func (c *Cluster) Stop(ctx context.Context) error {
+	if !c.owned {
+		return nil
+	}
 	out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.pgdata(), "-m", "fast", "-w", "-s")
 	if err != nil {
 		return fmt.Errorf("pgcluster: pg_ctl stop: %w: %s", err, out)

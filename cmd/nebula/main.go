@@ -1,0 +1,63 @@
+// Command nebula is the NebulaCtrl control plane (nebula serve) and its
+// command-line client. Installed as nebulactrl-server it also answers the
+// installer's pre-upgrade-backup.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+// version is set at build time: -ldflags "-X main.version=1.5.0".
+var version = "dev"
+
+// exitError carries an exit code through run.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nebula:", err)
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	// --version prints the bare version, for scripts and the upgrade checks.
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, c.App.Version) }
+	app := &cli.App{
+		Name:      "nebula",
+		Usage:     "the NebulaCtrl deployment control plane and its client",
+		Version:   version,
+		Reader:    stdin,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "env-file", Value: ".env", Usage: "read NEBULACTRL_* settings from this file (the environment wins)", EnvVars: []string{"NEBULACTRL_ENV_FILE"}},
+		},
+		Commands: []*cli.Command{
+			auditCommand(),
+		},
+		ExitErrHandler: func(*cli.Context, error) {},
+	}
+	return app.RunContext(ctx, args)
+}

@@ -1,0 +1,168 @@
+// Package config reads the control plane's configuration: NEBULACTRL_*
+// variables from the environment, and from a .env file for what the
+// environment does not set.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/joho/godotenv"
+)
+
+// Names of the variables.
+const (
+	EnvDatabaseURL = "NEBULACTRL_DATABASE_URL"
+	EnvSecretKey   = "NEBULACTRL_SECRET_KEY"
+	EnvPublicURL   = "NEBULACTRL_PUBLIC_URL"
+	EnvListen      = "NEBULACTRL_LISTEN"
+	EnvDataDir     = "NEBULACTRL_DATA_DIR"
+	EnvLogLevel    = "NEBULACTRL_LOG_LEVEL"
+	EnvTLSCert     = "NEBULACTRL_TLS_CERT"
+	EnvTLSKey      = "NEBULACTRL_TLS_KEY"
+)
+
+// Config is the control plane's configuration.
+type Config struct {
+	// DatabaseURL is a PostgreSQL URL; empty runs the managed local
+	// PostgreSQL in DataDir (the embedded default).
+	DatabaseURL string
+	// SecretKey is the master key that seals secrets (base64 of 32 bytes).
+	SecretKey string
+	// PublicURL is where agents and browsers reach the control plane.
+	PublicURL string
+	// Listen is the HTTP listen address.
+	Listen string
+	// DataDir holds the managed PostgreSQL and other local state.
+	DataDir string
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// TLSCert and TLSKey make the control plane serve TLS itself.
+	TLSCert, TLSKey string
+	// EnvFile is the .env file that was read (or would be written).
+	EnvFile string
+}
+
+// DefaultDataDir is where local state lives without NEBULACTRL_DATA_DIR:
+// /var/lib/nebulactrl for root (PostgreSQL runs as an unprivileged user and
+// must reach it), the user's data directory otherwise.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/nebulactrl"
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "nebulactrl")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "share", "nebulactrl")
+	}
+	return "nebulactrl-data"
+}
+
+// Load reads envFile (if it exists) and the environment; the environment wins.
+func Load(envFile string) (Config, error) {
+	file := map[string]string{}
+	if envFile != "" {
+		m, err := godotenv.Read(envFile)
+		switch {
+		case err == nil:
+			file = m
+		case errors.Is(err, os.ErrNotExist):
+		default:
+			return Config{}, fmt.Errorf("reading %s: %w", envFile, err)
+		}
+	}
+	get := func(k string) string {
+		if v, ok := os.LookupEnv(k); ok {
+			return strings.TrimSpace(v)
+		}
+		return strings.TrimSpace(file[k])
+	}
+	c := Config{
+		DatabaseURL: get(EnvDatabaseURL),
+		SecretKey:   get(EnvSecretKey),
+		PublicURL:   get(EnvPublicURL),
+		Listen:      get(EnvListen),
+		DataDir:     get(EnvDataDir),
+		LogLevel:    get(EnvLogLevel),
+		TLSCert:     get(EnvTLSCert),
+		TLSKey:      get(EnvTLSKey),
+		EnvFile:     envFile,
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir()
+	}
+	if abs, err := filepath.Abs(c.DataDir); err == nil {
+		c.DataDir = abs
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.PublicURL == "" {
+		scheme := "http"
+		if c.TLSCert != "" {
+			scheme = "https"
+		}
+		host := c.Listen
+		if h, p, err := net.SplitHostPort(c.Listen); err == nil && (h == "" || h == "0.0.0.0" || h == "::") {
+			host = net.JoinHostPort("localhost", p)
+		}
+		c.PublicURL = scheme + "://" + host
+	}
+	return c, c.Validate()
+}
+
+// Validate joins every problem with the configuration. The secret key is
+// checked where it is parsed (package seal), so its value never reaches an
+// error message here.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("%s %q is not host:port", EnvListen, c.Listen))
+	}
+	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("%s %q is not an http(s) URL", EnvPublicURL, c.PublicURL))
+	}
+	if c.DatabaseURL != "" {
+		if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			errs = append(errs, fmt.Errorf("%s is not a postgres:// URL", EnvDatabaseURL))
+		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, fmt.Errorf("%s and %s go together", EnvTLSCert, EnvTLSKey))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("%s %q is not debug, info, warn or error", EnvLogLevel, c.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+// AppendToEnvFile adds key=value to the .env file, creating it with mode
+// 0600 (it holds the master key).
+func (c Config) AppendToEnvFile(key, value string) error {
+	if c.EnvFile == "" {
+		return errors.New("no .env file configured")
+	}
+	f, err := os.OpenFile(c.EnvFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", c.EnvFile, err)
+	}
+	defer f.Close()
+	if err := f.Chmod(0o600); err != nil {
+		return fmt.Errorf("restricting %s: %w", c.EnvFile, err)
+	}
+	if _, err := fmt.Fprintf(f, "%s=%s\n", key, value); err != nil {
+		return fmt.Errorf("writing %s: %w", c.EnvFile, err)
+	}
+	return f.Sync()
+}

@@ -1,0 +1,67 @@
+package database
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nebulactrl/nebulactrl/pgcluster"
+)
+
+// ManagedName is the database the embedded default uses.
+const ManagedName = "nebulactrl"
+
+// Managed starts (or finds running) the local PostgreSQL cluster of a data
+// directory, the embedded default, and returns the URL of its database with
+// the cluster. Its superuser password is made once and kept in the data
+// directory, readable by its owner only.
+func Managed(ctx context.Context, dataDir string, logger *slog.Logger) (string, *pgcluster.Cluster, error) {
+	dir := filepath.Join(dataDir, "postgres")
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", nil, fmt.Errorf("creating data directory %s: %w", dataDir, err)
+	}
+	pwFile := filepath.Join(dataDir, "postgres.password")
+	pw, err := os.ReadFile(pwFile)
+	if errors.Is(err, os.ErrNotExist) {
+		b := make([]byte, 24)
+		if _, err := rand.Read(b); err != nil {
+			return "", nil, err
+		}
+		pw = []byte(hex.EncodeToString(b))
+		if err := os.WriteFile(pwFile, pw, 0o600); err != nil {
+			return "", nil, fmt.Errorf("writing %s: %w", pwFile, err)
+		}
+	} else if err != nil {
+		return "", nil, fmt.Errorf("reading %s: %w", pwFile, err)
+	}
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Password: strings.TrimSpace(string(pw)), Logger: logger})
+	if err != nil {
+		return "", nil, err
+	}
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		_ = c.Stop(ctx)
+		return "", nil, fmt.Errorf("connecting to the managed PostgreSQL: %w", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, ManagedName).Scan(&exists); err != nil {
+		_ = c.Stop(ctx)
+		return "", nil, err
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+ManagedName); err != nil {
+			_ = c.Stop(ctx)
+			return "", nil, fmt.Errorf("creating database %s: %w", ManagedName, err)
+		}
+	}
+	return c.URL(ManagedName), c, nil
+}
