@@ -56,6 +56,9 @@ func benchAppends(ctx context.Context, pool *pgxpool.Pool, f flags, perTx int) (
 		return result{}, err
 	}
 	store := eventstore.New(pool, nil)
+	nctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go store.RunNotifier(nctx)
 	var ours, raw []float64
 	for run := 0; run < f.runs; run++ {
 		// Each run uses fresh streams, so versions start at 0.
@@ -126,4 +129,3 @@ func verdict(ok bool, short string) string {
 	}
 	return "**not met**: " + short
 }
-

@@ -51,7 +51,7 @@ func benchCompile() []result {
 	}{{"compile a 1,000-service environment", compileOnly}, {"compile a 1,000-service environment and hash it", withHash}} {
 		d := time.Duration(r.res.NsPerOp())
 		out = append(out, result{
-			name: r.name, measured: d.Round(10 * time.Microsecond).String() + " per compile", baseline: "–", ratio: "–",
+			name: r.name, measured: d.Round(10*time.Microsecond).String() + " per compile", baseline: "–", ratio: "–",
 			target: "≤ 5 ms", verdict: verdict(d <= 5*time.Millisecond, fmt.Sprintf("%.1f ms over", float64(d-5*time.Millisecond)/1e6)),
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -35,6 +36,8 @@ type flags struct {
 	runs     int
 	duration time.Duration
 	events   int
+	only     string
+	profile  string
 }
 
 func main() {
@@ -43,9 +46,23 @@ func main() {
 	flag.IntVar(&f.runs, "runs", 3, "runs of each comparison (medians are reported)")
 	flag.DurationVar(&f.duration, "duration", 3*time.Second, "length of each throughput run")
 	flag.IntVar(&f.events, "events", 1_000_000, "events for the projection rebuild")
+	flag.StringVar(&f.only, "only", "", "run only this benchmark: appends, rebuild or compile")
+	flag.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of this process")
 	flag.Parse()
+	if f.profile != "" {
+		pf, err := os.Create(f.profile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(context.Background(), f); err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
 	}
 }
 
@@ -68,34 +85,44 @@ func run(ctx context.Context, f flags) error {
 	defer pool.Close()
 
 	var results []result
-	log.Printf("appends: 8 writers, single events, %d runs of %s", f.runs, f.duration)
-	r, err := benchAppends(ctx, pool, f, 1)
-	if err != nil {
-		return err
+	want := func(name string) bool { return f.only == "" || f.only == name }
+	if want("appends") {
+		log.Printf("appends: 8 writers, single events, %d runs of %s", f.runs, f.duration)
+		r, err := benchAppends(ctx, pool, f, 1)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+		log.Printf("appends: 8 writers, 100 events per transaction")
+		r, err = benchAppends(ctx, pool, f, 100)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
 	}
-	results = append(results, r)
-	log.Printf("appends: 8 writers, 100 events per transaction")
-	r, err = benchAppends(ctx, pool, f, 100)
-	if err != nil {
-		return err
+	if want("rebuild") {
+		r, err := rebuildAll(ctx, cluster, f)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
 	}
-	results = append(results, r)
+	if want("compile") {
+		log.Printf("compiling a 1,000-service environment")
+		results = append(results, benchCompile()...)
+	}
+	return write(f.out, results, cluster)
+}
+
+func rebuildAll(ctx context.Context, cluster *pgcluster.Cluster, f flags) (result, error) {
 
 	rebuildPool, err := newDB(ctx, cluster, "rebuild")
 	if err != nil {
-		return err
+		return result{}, err
 	}
 	defer rebuildPool.Close()
 	log.Printf("projection rebuild of %d events", f.events)
-	r, err = benchRebuild(ctx, rebuildPool, f)
-	if err != nil {
-		return err
-	}
-	results = append(results, r)
-
-	log.Printf("compiling a 1,000-service environment")
-	results = append(results, benchCompile()...)
-	return write(f.out, results, cluster)
+	return benchRebuild(ctx, rebuildPool, f)
 }
 
 func newDB(ctx context.Context, c *pgcluster.Cluster, name string) (*pgxpool.Pool, error) {

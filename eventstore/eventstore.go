@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
@@ -140,9 +141,11 @@ type Querier interface {
 
 // Store is the event store on one PostgreSQL database.
 type Store struct {
-	pool   *pgxpool.Pool
-	logger *slog.Logger
-	outbox wsql.DefaultPostgreSQLSchema
+	pool    *pgxpool.Pool
+	logger  *slog.Logger
+	outbox  wsql.DefaultPostgreSQLSchema
+	pending chan string
+	running atomic.Bool
 }
 
 // New returns a store on pool.
@@ -150,18 +153,25 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) *Store {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{pool: pool, logger: logger}
+	return &Store{pool: pool, logger: logger, pending: make(chan string, 4096)}
 }
 
 // Pool is the store's connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
+// insertEvents appends at the expected version in one statement. The
+// version check costs two index probes: when the stream is past the expected
+// version, the unique (stream_id, stream_version) index refuses the insert;
+// when it is short of it, the version computes to NULL and the NOT NULL
+// constraint refuses it. Either error aborts the append's whole implicit
+// transaction.
 const insertEvents = `
-WITH v AS (SELECT nebula_expect_version($1, $2) AS base)
 INSERT INTO events (stream_id, stream_version, org_id, event_type, schema_version, payload,
                     actor_kind, actor_id, actor_name, request_id, occurred_at)
-SELECT $1, v.base + e.ord::integer, $3::uuid, e.type, e.sv, e.payload, $7, $8, $9, $10, $11
-FROM v, unnest($4::text[], $5::smallint[], $6::json[]) WITH ORDINALITY AS e(type, sv, payload, ord)`
+SELECT $1, CASE WHEN $2 = 0 OR EXISTS (SELECT 1 FROM events WHERE stream_id = $1 AND stream_version = $2)
+                THEN $2 + e.ord::integer END,
+       $3::uuid, e.type, e.sv, e.payload, $7, $8, $9, $10, $11
+FROM unnest($4::text[], $5::smallint[], $6::json[]) WITH ORDINALITY AS e(type, sv, payload, ord)`
 
 // Append writes the request's events at the expected version, atomically
 // with its name claims, an outbox message and a notification. It returns the
@@ -208,12 +218,18 @@ func (s *Store) append(ctx context.Context, q Querier, req AppendRequest) (int, 
 		return 0, err
 	}
 	b.Queue(outbox.Query, outbox.Args...)
-	b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, req.StreamID)
-
+	_, inTx := q.(pgx.Tx)
+	if inTx {
+		// The caller commits later; the notification goes out then.
+		b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, req.StreamID)
+	}
 	// Without an explicit transaction the whole batch runs as one implicit
 	// transaction: any failure rolls every statement back.
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return 0, fmt.Errorf("appending to %s at version %d: %w", req.StreamID, req.ExpectedVersion, classify(err))
+	}
+	if !inTx {
+		s.notifyAfterCommit(ctx, fmt.Sprintf("%s@%d", req.StreamID, req.ExpectedVersion+len(req.Records)))
 	}
 	return req.ExpectedVersion + len(req.Records), nil
 }
@@ -252,8 +268,8 @@ func classify(err error) error {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		switch {
-		case pg.Code == "NB409":
-			return fmt.Errorf("%w: %s", ErrConflict, pg.Message)
+		case pg.Code == "23502" && pg.ColumnName == "stream_version":
+			return fmt.Errorf("%w: the stream is not at the expected version yet", ErrConflict)
 		case pg.Code == "23505" && pg.ConstraintName == "name_claims_pkey":
 			return fmt.Errorf("%w (%s)", ErrNameTaken, strings.TrimPrefix(pg.Detail, "Key "))
 		case pg.Code == "23505" && pg.ConstraintName == "events_stream_id_stream_version_key":
@@ -263,7 +279,7 @@ func classify(err error) error {
 	return err
 }
 
-const eventColumns = `position, transaction_id::text::bigint, stream_id, stream_version, coalesce(org_id::text, ''),
+const eventColumns = `position, transaction_id::text::bigint AS txid, stream_id, stream_version, coalesce(org_id::text, ''),
 	event_type, schema_version, payload, actor_kind, actor_id, actor_name, request_id, occurred_at`
 
 func scanEvents(rows pgx.Rows, capHint int) ([]Event, error) {

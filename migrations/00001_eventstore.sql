@@ -20,24 +20,6 @@ CREATE TABLE events (
 );
 CREATE INDEX events_commit_order ON events (transaction_id, position);
 
--- The expected-version check of an append, evaluated inside its INSERT so that
--- an append is one statement and a mismatch aborts the whole transaction.
--- +goose StatementBegin
-CREATE FUNCTION nebula_expect_version(stream text, expected integer) RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    current integer;
-BEGIN
-    SELECT coalesce(max(stream_version), 0) INTO current FROM events WHERE stream_id = stream;
-    IF current <> expected THEN
-        RAISE EXCEPTION 'stream % is at version %, not %', stream, current, expected
-            USING ERRCODE = 'NB409';
-    END IF;
-    RETURN expected;
-END
-$$;
--- +goose StatementEnd
-
 -- Names that must be unique within their parent (an organisation's projects,
 -- e-mail addresses, domains), claimed in the same transaction as the event
 -- that creates the name, so a concurrent duplicate loses with a conflict.
@@ -81,5 +63,4 @@ DROP TABLE "watermill_offsets_nebula_events";
 DROP TABLE "watermill_nebula_events";
 DROP TABLE subscription_checkpoints;
 DROP TABLE name_claims;
-DROP FUNCTION nebula_expect_version;
 DROP TABLE events;

@@ -62,7 +62,7 @@ type audit struct {
 
 func newAudit() *audit {
 	return &audit{
-		t: newTable("audit_log", 1, "position bigint", "seq bigint", "org_id uuid", "actor_kind text", "actor_id text", "actor_name text",
+		t: newInsertOnlyTable("audit_log", 1, "position bigint", "seq bigint", "org_id uuid", "actor_kind text", "actor_id text", "actor_name text",
 			"action text", "target_kind text", "target_id text", "target text", "detail text", "occurred_at timestamptz",
 			"request_id text", "prev_hash text", "hash text"),
 		names: map[string]string{},

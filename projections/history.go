@@ -22,9 +22,9 @@ type history struct {
 
 func newHistory() *history {
 	return &history{
-		releases: newTable("releases", 1, "id uuid", "org_id uuid", "project_id uuid", "environment_id uuid", "service_id uuid",
+		releases: newInsertOnlyTable("releases", 1, "id uuid", "org_id uuid", "project_id uuid", "environment_id uuid", "service_id uuid",
 			"number integer", "image text", "config jsonb", "reason text", "created_at timestamptz", "created_by text"),
-		deployments: newTable("deployments", 1, "id uuid", "org_id uuid", "project_id uuid", "environment_id uuid", "service_id uuid",
+		deployments: newInsertOnlyTable("deployments", 1, "id uuid", "org_id uuid", "project_id uuid", "environment_id uuid", "service_id uuid",
 			"release_id uuid", "status text", "reason text", "requested_at timestamptz", "updated_at timestamptz", "requested_by text"),
 		current: newTable("current_releases", 2, "environment_id uuid", "service_id uuid", "org_id uuid", "release_id uuid", "deployment_id uuid"),
 		changesets: newTable("changesets", 1, "id uuid", "org_id uuid", "project_id uuid", "environment_id uuid", "status text",
@@ -79,7 +79,7 @@ func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error
 type revisions struct{ t *table }
 
 func newRevisions() *revisions {
-	return &revisions{t: newTable("revisions", 2, "environment_id uuid", "number integer", "org_id uuid", "hash text", "document json", "compiled_at timestamptz")}
+	return &revisions{t: newInsertOnlyTable("revisions", 2, "environment_id uuid", "number integer", "org_id uuid", "hash text", "document json", "compiled_at timestamptz")}
 }
 
 func (r *revisions) Name() string     { return "revisions" }

@@ -74,7 +74,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool) (ReplayReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	procs, err := rebuild(ctx, tx, upTo, 10_000)
+	procs, err := rebuild(ctx, pool, tx, upTo, 10_000)
 	if err != nil {
 		return rep, err
 	}
@@ -114,13 +114,13 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, batchSize int) (int64, err
 	if err != nil {
 		return 0, err
 	}
-	if _, err := rebuild(ctx, tx, upTo, batchSize); err != nil {
+	if _, err := rebuild(ctx, pool, tx, upTo, batchSize); err != nil {
 		return 0, err
 	}
 	return n, nil
 }
 
-func rebuild(ctx context.Context, tx pgx.Tx, upTo eventstore.Cursor, batchSize int) ([]projector, error) {
+func rebuild(ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx, upTo eventstore.Cursor, batchSize int) ([]projector, error) {
 	procs, _ := newProjectors()
 	var live string
 	if err := tx.QueryRow(ctx, `SELECT current_schema()`).Scan(&live); err != nil {
@@ -132,7 +132,7 @@ func rebuild(ctx context.Context, tx pgx.Tx, upTo eventstore.Cursor, batchSize i
 	}
 	for _, p := range procs {
 		for _, t := range p.Tables() {
-			stmts = append(stmts, fmt.Sprintf(`CREATE TABLE %s.%s (LIKE %s.%s INCLUDING ALL)`, replaySchema, t, pgx.Identifier{live}.Sanitize(), t))
+			stmts = append(stmts, fmt.Sprintf(`CREATE UNLOGGED TABLE %s.%s (LIKE %s.%s INCLUDING ALL)`, replaySchema, t, pgx.Identifier{live}.Sanitize(), t))
 		}
 	}
 	// Unqualified names now resolve to the rebuilt tables first; the events
@@ -146,11 +146,37 @@ func rebuild(ctx context.Context, tx pgx.Tx, upTo eventstore.Cursor, batchSize i
 	if upTo == (eventstore.Cursor{}) {
 		return procs, nil
 	}
+	// Reading and decoding the next batch (on another connection: events
+	// never change) overlaps with projecting this one.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan fetched, 2)
+	go prefetch(ctx, pool, upTo, batchSize, batches)
+	for f := range batches {
+		if f.err != nil {
+			return nil, f.err
+		}
+		if err := project(ctx, tx, procs, f.batch); err != nil {
+			return nil, err
+		}
+	}
+	return procs, ctx.Err()
+}
+
+type fetched struct {
+	batch []Decoded
+	err   error
+}
+
+// prefetch reads every event up to upTo in commit order, decoded, into out.
+func prefetch(ctx context.Context, pool *pgxpool.Pool, upTo eventstore.Cursor, batchSize int, out chan<- fetched) {
+	defer close(out)
 	var after eventstore.Cursor
 	for {
-		events, err := eventstore.ReadAll(ctx, tx, after, batchSize)
+		events, err := eventstore.ReadAll(ctx, pool, after, batchSize)
 		if err != nil {
-			return nil, err
+			out <- fetched{err: err}
+			return
 		}
 		n := len(events)
 		for i, e := range events {
@@ -160,18 +186,17 @@ func rebuild(ctx context.Context, tx pgx.Tx, upTo eventstore.Cursor, batchSize i
 			}
 		}
 		if len(events) == 0 {
-			return procs, nil
+			return
 		}
 		batch, err := decodeBatch(events)
-		if err != nil {
-			return nil, err
-		}
-		if err := project(ctx, tx, procs, batch); err != nil {
-			return nil, err
+		select {
+		case out <- fetched{batch: batch, err: err}:
+		case <-ctx.Done():
+			return
 		}
 		after = events[len(events)-1].Cursor()
-		if len(events) < n || after == upTo {
-			return procs, nil
+		if err != nil || len(events) < n || after == upTo {
+			return
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -18,16 +19,25 @@ import (
 // updates; each kind of change is recorded so that this order gives the same
 // result as applying the events one by one.
 type table struct {
-	name    string
-	cols    []string // the first nkey columns are the primary key
-	types   []string // PostgreSQL types for the unnest casts
-	nkey    int
-	rows    map[string][]any
-	order   []string
-	updates map[string]map[string]any
-	uorder  []string
-	deletes map[string][]any
-	dorder  []string
+	name  string
+	cols  []string // the first nkey columns are the primary key
+	types []string // PostgreSQL types for the unnest casts
+	nkey  int
+	// insertOnly tables only ever get rows with new keys (the audit log,
+	// releases, revisions, deployments): their rows go in with COPY.
+	insertOnly bool
+	rows       map[string][]any
+	order      []string
+	updates    map[string]map[string]any
+	uorder     []string
+	deletes    map[string][]any
+	dorder     []string
+}
+
+func newInsertOnlyTable(name string, nkey int, colTypes ...string) *table {
+	t := newTable(name, nkey, colTypes...)
+	t.insertOnly = true
+	return t
 }
 
 func newTable(name string, nkey int, colTypes ...string) *table {
@@ -221,8 +231,58 @@ func columns(w, n int, row func(i int) []any) []any {
 	return out
 }
 
-// flush writes every table's pending changes in one round trip and resets them.
+// copyRows writes an insert-only table's new rows with COPY.
+func (t *table) copyRows(ctx context.Context, tx pgx.Tx) error {
+	if len(t.order) == 0 {
+		return nil
+	}
+	var uuidCols []int
+	for i, typ := range t.types {
+		if typ == "uuid" {
+			uuidCols = append(uuidCols, i)
+		}
+	}
+	rows := make([][]any, 0, len(t.order))
+	for _, k := range t.order {
+		r, ok := t.rows[k]
+		if !ok {
+			continue
+		}
+		// COPY speaks the binary format: give pgx UUIDs as bytes, or it
+		// takes a slow path through text for every value.
+		for _, i := range uuidCols {
+			if s, ok := r[i].(string); ok {
+				u, err := uuid.Parse(s)
+				if err != nil {
+					return fmt.Errorf("copying into %s: column %s: %w", t.name, t.cols[i], err)
+				}
+				r[i] = [16]byte(u)
+			}
+		}
+		rows = append(rows, r)
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{t.name}, t.cols, pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("copying into %s: %w", t.name, err)
+	}
+	t.order = nil
+	return nil
+}
+
+// flush writes every table's pending changes and resets them: new rows of
+// insert-only tables by COPY, everything else in one pipelined batch.
 func flush(ctx context.Context, tx pgx.Tx, tables ...*table) error {
+	defer func() {
+		for _, t := range tables {
+			t.reset()
+		}
+	}()
+	for _, t := range tables {
+		if t.insertOnly {
+			if err := t.copyRows(ctx, tx); err != nil {
+				return err
+			}
+		}
+	}
 	b := &pgx.Batch{}
 	for _, t := range tables {
 		t.queue(b)
@@ -230,11 +290,7 @@ func flush(ctx context.Context, tx pgx.Tx, tables ...*table) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	err := tx.SendBatch(ctx, b).Close()
-	for _, t := range tables {
-		t.reset()
-	}
-	if err != nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("writing projections: %w", err)
 	}
 	return nil
