@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -317,4 +318,20 @@ func TestPrincipalAllow(t *testing.T) {
 	require.ErrorIs(t, err, domain.ErrForbidden)
 	require.ErrorContains(t, err, "deployments:write", "a denial names the missing scope")
 	require.ErrorIs(t, domain.Principal{UserID: alice}.Allow("", domain.ScopeInstanceAdmin), domain.ErrForbidden)
+}
+
+func TestNameRules(t *testing.T) {
+	t.Parallel()
+	for name, ok := range map[string]bool{
+		"a": true, "api": true, "api-2": true, "a1": true, strings.Repeat("a", 63): true,
+		"": false, "1api": false, "api-": false, "-api": false, "Api": false, "a_b": false, "a.b": false, strings.Repeat("a", 64): false,
+	} {
+		require.Equal(t, ok, domain.ValidateName("service", name) == nil, "%q", name)
+	}
+	for name, ok := range map[string]bool{
+		"A": true, "_x": true, "DATABASE_URL": true, "a1": true, strings.Repeat("A", 255): true,
+		"": false, "1A": false, "A-B": false, "A.B": false, "A B": false, strings.Repeat("A", 256): false,
+	} {
+		require.Equal(t, ok, domain.ValidateVariableName(name) == nil, "%q", name)
+	}
 }

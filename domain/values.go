@@ -38,13 +38,26 @@ func conflictf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrConflict, fmt.Sprintf(format, args...))
 }
 
-var dnsLabel = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+// isDNSLabel is the hand-written form of ^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$:
+// the compiler checks every reference with it, so it must be cheap.
+func isDNSLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] < 'a' || s[0] > 'z' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidateName checks that name is a DNS label (RFC 1123, starting with a
 // letter, at most 63 characters): organisations, projects, environments,
 // services, processes and clusters all end up in Kubernetes object names.
 func ValidateName(kind, name string) error {
-	if !dnsLabel.MatchString(name) {
+	if !isDNSLabel(name) {
 		return invalidf("%s name %q must be a DNS label: lower-case letters, digits and '-', starting with a letter, at most 63 characters", kind, name)
 	}
 	return nil
@@ -60,11 +73,23 @@ func ValidateHostname(host string) error {
 	return nil
 }
 
-var variableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,254}$`)
+// isVariableName is the hand-written form of ^[A-Za-z_][A-Za-z0-9_]{0,254}$.
+func isVariableName(s string) bool {
+	if len(s) == 0 || len(s) > 255 || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidateVariableName checks an environment variable name.
 func ValidateVariableName(name string) error {
-	if !variableNameRE.MatchString(name) {
+	if !isVariableName(name) {
 		return invalidf("variable name %q must match [A-Za-z_][A-Za-z0-9_]*", name)
 	}
 	return nil
