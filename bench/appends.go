@@ -72,8 +72,8 @@ func benchAppends(ctx context.Context, pool *pgxpool.Pool, f flags, perTx int) (
 			for k := 0; k < perTx; k++ {
 				req.Records = append(req.Records, eventstore.Record{Type: "variables.set", SchemaVersion: 1, Payload: payload})
 			}
-			v, err := store.Append(ctx, req)
-			versions[w] = v
+			a, err := store.Append(ctx, req)
+			versions[w] = a.Version
 			return err
 		})
 		if err != nil {

@@ -34,6 +34,10 @@ type Result struct {
 	// Version is the stream's version after the command.
 	Version int
 	Events  []domain.Event
+	// Last is where the command's last event is in commit order (zero when
+	// the command changed nothing): a reader that waits for the projections
+	// to pass it reads its own write.
+	Last eventstore.Cursor
 }
 
 // Config configures a Handler.
@@ -122,9 +126,9 @@ func run[A aggregate](ctx context.Context, h *Handler, c Context, stream, orgID 
 		for _, cl := range dec.Releases {
 			req.Releases = append(req.Releases, eventstore.Claim{Scope: cl.Scope, Name: cl.Name})
 		}
-		newVersion, err := h.cfg.Store.Append(ctx, req)
+		appended, err := h.cfg.Store.Append(ctx, req)
 		if err == nil {
-			return Result{Version: newVersion, Events: dec.Events}, nil
+			return Result{Version: appended.Version, Events: dec.Events, Last: appended.Last}, nil
 		}
 		if errors.Is(err, eventstore.ErrNameTaken) {
 			return Result{}, fmt.Errorf("%w: the name is already taken", domain.ErrConflict)

@@ -25,6 +25,9 @@ const (
 	EnvLogLevel    = "NEBULACTRL_LOG_LEVEL"
 	EnvTLSCert     = "NEBULACTRL_TLS_CERT"
 	EnvTLSKey      = "NEBULACTRL_TLS_KEY"
+	// EnvInsecureRegistries lists registries (host:port, comma-separated)
+	// reached over plain HTTP: development registries on loopback only.
+	EnvInsecureRegistries = "NEBULACTRL_INSECURE_REGISTRIES"
 )
 
 // Config is the control plane's configuration.
@@ -44,6 +47,8 @@ type Config struct {
 	LogLevel string
 	// TLSCert and TLSKey make the control plane serve TLS itself.
 	TLSCert, TLSKey string
+	// InsecureRegistries are reached over plain HTTP.
+	InsecureRegistries []string
 	// EnvFile is the .env file that was read (or would be written).
 	EnvFile string
 }
@@ -94,6 +99,11 @@ func Load(envFile string) (Config, error) {
 		TLSKey:      get(EnvTLSKey),
 		EnvFile:     envFile,
 	}
+	for _, r := range strings.Split(get(EnvInsecureRegistries), ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			c.InsecureRegistries = append(c.InsecureRegistries, r)
+		}
+	}
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
 	}
@@ -105,6 +115,11 @@ func Load(envFile string) (Config, error) {
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
+	}
+	if c.EnvFile != "" {
+		if abs, err := filepath.Abs(c.EnvFile); err == nil {
+			c.EnvFile = abs
+		}
 	}
 	if c.PublicURL == "" {
 		scheme := "http"
@@ -153,6 +168,10 @@ func (c Config) AppendToEnvFile(key, value string) error {
 	if c.EnvFile == "" {
 		return errors.New("no .env file configured")
 	}
+	existing, err := os.ReadFile(c.EnvFile)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("reading %s: %w", c.EnvFile, err)
+	}
 	f, err := os.OpenFile(c.EnvFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening %s: %w", c.EnvFile, err)
@@ -161,7 +180,11 @@ func (c Config) AppendToEnvFile(key, value string) error {
 	if err := f.Chmod(0o600); err != nil {
 		return fmt.Errorf("restricting %s: %w", c.EnvFile, err)
 	}
-	if _, err := fmt.Fprintf(f, "%s=%s\n", key, value); err != nil {
+	sep := ""
+	if len(existing) > 0 && existing[len(existing)-1] != '\n' {
+		sep = "\n"
+	}
+	if _, err := fmt.Fprintf(f, "%s%s=%s\n", sep, key, value); err != nil {
 		return fmt.Errorf("writing %s: %w", c.EnvFile, err)
 	}
 	return f.Sync()

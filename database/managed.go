@@ -28,6 +28,13 @@ func Managed(ctx context.Context, dataDir string, logger *slog.Logger) (string, 
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", nil, fmt.Errorf("creating data directory %s: %w", dataDir, err)
 	}
+	if os.Geteuid() == 0 {
+		// PostgreSQL runs as an unprivileged user and must pass through the
+		// data directory to its own; it may not list or read the rest.
+		if err := os.Chmod(dataDir, 0o711); err != nil {
+			return "", nil, fmt.Errorf("opening data directory %s to the PostgreSQL user: %w", dataDir, err)
+		}
+	}
 	pwFile := filepath.Join(dataDir, "postgres.password")
 	pw, err := os.ReadFile(pwFile)
 	if errors.Is(err, os.ErrNotExist) {

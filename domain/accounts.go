@@ -80,6 +80,9 @@ type RegisterUser struct {
 	Name          string
 	PasswordHash  string
 	InstanceAdmin bool
+	// FirstUser claims the instance's one-time setup, so that of two
+	// concurrent setups one loses with a conflict.
+	FirstUser bool
 }
 
 // ChangePassword sets a new password hash.
@@ -135,10 +138,14 @@ func (u *User) Decide(cmd any, m Meta) (Decision, error) {
 		if len(c.Name) > 200 {
 			return Decision{}, invalidf("name is longer than 200 characters")
 		}
-		return Decision{
+		d := Decision{
 			Events: []Event{UserRegistered{UserID: c.UserID, Email: email, Name: c.Name, PasswordHash: c.PasswordHash, InstanceAdmin: c.InstanceAdmin}},
 			Claims: []NameClaim{{userEmailScope(), email}},
-		}, nil
+		}
+		if c.FirstUser {
+			d.Claims = append(d.Claims, NameClaim{"instance", "setup"})
+		}
+		return d, nil
 	}
 	if !u.Exists {
 		return Decision{}, notFoundf("user")

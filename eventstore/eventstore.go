@@ -171,35 +171,47 @@ INSERT INTO events (stream_id, stream_version, org_id, event_type, schema_versio
 SELECT $1, CASE WHEN $2 = 0 OR EXISTS (SELECT 1 FROM events WHERE stream_id = $1 AND stream_version = $2)
                 THEN $2 + e.ord::integer END,
        $3::uuid, e.type, e.sv, e.payload, $7, $8, $9, $10, $11
-FROM unnest($4::text[], $5::smallint[], $6::json[]) WITH ORDINALITY AS e(type, sv, payload, ord)`
+FROM unnest($4::text[], $5::smallint[], $6::json[]) WITH ORDINALITY AS e(type, sv, payload, ord)
+RETURNING position, transaction_id::text::bigint`
+
+// Appended is where an append left its stream and the log.
+type Appended struct {
+	// Version is the stream's new version.
+	Version int
+	// Last is the commit-order cursor of the last event appended: a reader
+	// whose checkpoint reached it has seen the append.
+	Last Cursor
+}
 
 // Append writes the request's events at the expected version, atomically
-// with its name claims, an outbox message and a notification. It returns the
-// stream's new version.
-func (s *Store) Append(ctx context.Context, req AppendRequest) (int, error) {
+// with its name claims and an outbox message, and notifies subscribers.
+func (s *Store) Append(ctx context.Context, req AppendRequest) (Appended, error) {
 	return s.append(ctx, s.pool, req)
 }
 
 // AppendTx appends inside tx, for subscribers that record events (such as
 // compiled revisions) atomically with their checkpoint.
-func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, req AppendRequest) (int, error) {
+func (s *Store) AppendTx(ctx context.Context, tx pgx.Tx, req AppendRequest) (Appended, error) {
 	return s.append(ctx, tx, req)
 }
 
-func (s *Store) append(ctx context.Context, q Querier, req AppendRequest) (int, error) {
+func (s *Store) append(ctx context.Context, q Querier, req AppendRequest) (Appended, error) {
 	if err := req.validate(); err != nil {
-		return 0, fmt.Errorf("appending to %s: %w", req.StreamID, err)
+		return Appended{}, fmt.Errorf("appending to %s: %w", req.StreamID, err)
 	}
+	statements := 0
 	b := &pgx.Batch{}
 	if len(req.Releases) > 0 {
 		scopes, names := claimColumns(req.Releases)
 		b.Queue(`DELETE FROM name_claims c USING unnest($1::text[], $2::text[]) AS r(scope, name)
 		         WHERE c.scope = r.scope AND c.name = r.name AND c.stream_id = $3`, scopes, names, req.StreamID)
+		statements++
 	}
 	if len(req.Claims) > 0 {
 		scopes, names := claimColumns(req.Claims)
 		b.Queue(`INSERT INTO name_claims (scope, name, stream_id)
 		         SELECT scope, name, $3 FROM unnest($1::text[], $2::text[]) AS c(scope, name)`, scopes, names, req.StreamID)
+		statements++
 	}
 	types := make([]string, len(req.Records))
 	versions := make([]int16, len(req.Records))
@@ -215,7 +227,7 @@ func (s *Store) append(ctx context.Context, q Querier, req AppendRequest) (int, 
 		string(req.Actor.Kind), req.Actor.ID, req.Actor.Name, req.RequestID, req.OccurredAt)
 	outbox, err := s.outboxQuery(req, types)
 	if err != nil {
-		return 0, err
+		return Appended{}, err
 	}
 	b.Queue(outbox.Query, outbox.Args...)
 	_, inTx := q.(pgx.Tx)
@@ -225,13 +237,45 @@ func (s *Store) append(ctx context.Context, q Querier, req AppendRequest) (int, 
 	}
 	// Without an explicit transaction the whole batch runs as one implicit
 	// transaction: any failure rolls every statement back.
-	if err := q.SendBatch(ctx, b).Close(); err != nil {
-		return 0, fmt.Errorf("appending to %s at version %d: %w", req.StreamID, req.ExpectedVersion, classify(err))
+	res := Appended{Version: req.ExpectedVersion + len(req.Records)}
+	if err := readBatch(q.SendBatch(ctx, b), statements, &res.Last); err != nil {
+		return Appended{}, fmt.Errorf("appending to %s at version %d: %w", req.StreamID, req.ExpectedVersion, classify(err))
 	}
 	if !inTx {
-		s.notifyAfterCommit(ctx, fmt.Sprintf("%s@%d", req.StreamID, req.ExpectedVersion+len(req.Records)))
+		s.notifyAfterCommit(ctx, fmt.Sprintf("%s@%d", req.StreamID, res.Version))
 	}
-	return req.ExpectedVersion + len(req.Records), nil
+	return res, nil
+}
+
+// readBatch reads an append's results: `before` statements, then the
+// insert's returned cursors, then the rest.
+func readBatch(br pgx.BatchResults, before int, last *Cursor) error {
+	for i := 0; i < before; i++ {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return err
+	}
+	for rows.Next() {
+		var tx int64
+		if err := rows.Scan(&last.Position, &tx); err != nil {
+			rows.Close()
+			br.Close()
+			return err
+		}
+		last.TxID = uint64(tx)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		br.Close()
+		return err
+	}
+	return br.Close()
 }
 
 func claimColumns(cs []Claim) (scopes, names []string) {

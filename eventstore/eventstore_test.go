@@ -48,12 +48,14 @@ func TestAppendAndReadStream(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
 
-	v, err := s.Append(ctx, appendReq("project-1", 0, rec("project.created", 1), rec("service.created", 2)))
+	a, err := s.Append(ctx, appendReq("project-1", 0, rec("project.created", 1), rec("service.created", 2)))
 	require.NoError(t, err)
-	require.Equal(t, 2, v)
-	v, err = s.Append(ctx, appendReq("project-1", 2, rec("service.created", 3)))
+	require.Equal(t, 2, a.Version)
+	b, err := s.Append(ctx, appendReq("project-1", 2, rec("service.created", 3)))
 	require.NoError(t, err)
-	require.Equal(t, 3, v)
+	require.Equal(t, 3, b.Version)
+	require.Greater(t, b.Last.Position, a.Last.Position)
+	require.NotZero(t, b.Last.TxID)
 
 	evs, err := s.ReadStream(ctx, "project-1", 0)
 	require.NoError(t, err)
@@ -66,6 +68,7 @@ func TestAppendAndReadStream(t *testing.T) {
 		require.Equal(t, 1, e.SchemaVersion)
 	}
 	require.JSONEq(t, `{"n":3}`, string(evs[2].Payload))
+	require.Equal(t, b.Last, evs[2].Cursor(), "the append reports where its last event is")
 	require.Equal(t, "service.created", evs[2].Type)
 
 	after, err := s.ReadStream(ctx, "project-1", 2)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/jackc/pgx/v5"
 )
 
 // Waker wakes subscribers of this process right after any process commits an
@@ -15,17 +16,28 @@ import (
 // append transaction) for speed, and the watermill-sql outbox subscription as
 // the fallback that also catches notifications lost while reconnecting.
 type Waker struct {
-	store *Store
-	group string
+	store    *Store
+	group    string
+	channels []string
 
-	mu   sync.Mutex
-	subs []chan struct{}
+	mu      sync.Mutex
+	subs    []chan struct{}
+	changed chan struct{}
 }
 
 // NewWaker returns a waker; group names this process's watermill consumer
-// group (a stable name per replica, such as the host name).
-func (s *Store) NewWaker(group string) *Waker {
-	return &Waker{store: s, group: group}
+// group (a stable name per replica, such as the host name). Besides appends,
+// it listens on the extra channels given.
+func (s *Store) NewWaker(group string, extra ...string) *Waker {
+	return &Waker{store: s, group: group, channels: append([]string{NotifyChannel}, extra...), changed: make(chan struct{})}
+}
+
+// Changed returns a channel that is closed at the next wake-up: a broadcast
+// for any number of short-lived waiters (take it before checking state).
+func (w *Waker) Changed() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
 }
 
 // Subscribe returns a channel that receives (coalesced) wake-ups.
@@ -40,6 +52,8 @@ func (w *Waker) Subscribe() <-chan struct{} {
 func (w *Waker) wake() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	close(w.changed)
+	w.changed = make(chan struct{})
 	for _, ch := range w.subs {
 		select {
 		case ch <- struct{}{}:
@@ -82,8 +96,10 @@ func (w *Waker) listenOnce(ctx context.Context) error {
 	// pool never hands it to anyone else.
 	pc := conn.Hijack()
 	defer pc.Close(context.WithoutCancel(ctx))
-	if _, err := pc.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		return fmt.Errorf("listening: %w", err)
+	for _, ch := range w.channels {
+		if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return fmt.Errorf("listening on %s: %w", ch, err)
+		}
 	}
 	// Anything committed while we were not listening: look now.
 	w.wake()

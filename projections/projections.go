@@ -141,7 +141,40 @@ func (p *Projections) handle(ctx context.Context, tx pgx.Tx, events []eventstore
 		p.audit.forget()
 		return err
 	}
+	// Readers waiting to see their own writes wake when this batch commits.
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, ProjectedChannel); err != nil {
+		p.audit.forget()
+		return err
+	}
 	return nil
+}
+
+// ProjectedChannel is notified when a batch of projections commits.
+const ProjectedChannel = "nebula_projected"
+
+// WaitFor returns once the projections have handled every event up to
+// cursor, so that a request reads its own write; changed wakes it when a
+// batch commits (it polls as well). It gives up with ctx.
+func WaitFor(ctx context.Context, q eventstore.Querier, cursor eventstore.Cursor, changed func() <-chan struct{}) error {
+	if cursor == (eventstore.Cursor{}) {
+		return nil
+	}
+	for {
+		ch := changed()
+		cur, _, err := eventstore.Checkpoint(ctx, q, SubscriptionName)
+		if err != nil {
+			return err
+		}
+		if cur.TxID > cursor.TxID || (cur.TxID == cursor.TxID && cur.Position >= cursor.Position) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the projections to catch up: %w", ctx.Err())
+		case <-ch:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Run keeps the projections current until ctx ends.

@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			&cli.StringFlag{Name: "env-file", Value: ".env", Usage: "read NEBULACTRL_* settings from this file (the environment wins)", EnvVars: []string{"NEBULACTRL_ENV_FILE"}},
 		},
 		Commands: []*cli.Command{
+			serveCommand(),
 			auditCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {},

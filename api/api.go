@@ -1,0 +1,150 @@
+// Package api is the control plane's REST API under /api/v1: JSON in and out,
+// bearer tokens, one route table that drives routing, access control and the
+// OpenAPI document alike. Handlers turn requests into commands for the domain
+// and answer from the projections; they write no SQL of their own.
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nebulactrl/nebulactrl/command"
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/image"
+	"github.com/nebulactrl/nebulactrl/projections"
+)
+
+// Sealer seals secret values before they become part of a command.
+type Sealer interface {
+	Seal(ctx context.Context, orgID string, plaintext []byte) (domain.SealedValue, error)
+}
+
+// Config is what the API needs.
+type Config struct {
+	Pool     *pgxpool.Pool
+	Commands *command.Handler
+	Sealer   Sealer
+	Images   *image.Resolver
+	// Changed wakes requests waiting for the projections to catch up.
+	Changed func() <-chan struct{}
+	Logger  *slog.Logger
+	Now     func() time.Time
+	Version string
+	// Registry receives the API's metrics; nil makes a private one.
+	Registry *prometheus.Registry
+	// LoginLimit and LoginWindow bound password attempts per e-mail address
+	// (ten times as many per client address), shared by all replicas.
+	LoginLimit  int
+	LoginWindow time.Duration
+	// SessionTTL is how long a console session lasts.
+	SessionTTL time.Duration
+	// ConsistencyTimeout bounds how long a write waits for its projection.
+	ConsistencyTimeout time.Duration
+}
+
+// Validate joins every problem with the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Pool == nil {
+		errs = append(errs, errors.New("api: no database"))
+	}
+	if c.Commands == nil {
+		errs = append(errs, errors.New("api: no command handler"))
+	}
+	if c.Sealer == nil {
+		errs = append(errs, errors.New("api: no sealer"))
+	}
+	if c.Images == nil {
+		errs = append(errs, errors.New("api: no image resolver"))
+	}
+	return errors.Join(errs...)
+}
+
+// API serves the REST API.
+type API struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	cmd     *command.Handler
+	logger  *slog.Logger
+	routes  []route
+	mux     *http.ServeMux
+	metrics *metrics
+	doc     openapiDoc
+}
+
+// New returns the API.
+func New(cfg Config) (*API, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Changed == nil {
+		never := make(chan struct{})
+		cfg.Changed = func() <-chan struct{} { return never }
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.LoginLimit == 0 {
+		cfg.LoginLimit = 10
+	}
+	if cfg.LoginWindow == 0 {
+		cfg.LoginWindow = 15 * time.Minute
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.ConsistencyTimeout == 0 {
+		cfg.ConsistencyTimeout = 10 * time.Second
+	}
+	a := &API{cfg: cfg, pool: cfg.Pool, cmd: cfg.Commands, logger: cfg.Logger, mux: http.NewServeMux()}
+	a.metrics = newMetrics(cfg.Registry)
+	a.routes = a.routeTable()
+	for _, rt := range a.routes {
+		a.mux.Handle(rt.method+" "+rt.path, a.wrap(rt))
+	}
+	a.mux.HandleFunc("GET /api/v1/openapi.json", a.serveOpenAPI)
+	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		a.writeError(w, r, errorf(http.StatusNotFound, "not_found", "no route %s %s", r.Method, r.URL.Path))
+	})
+	return a, nil
+}
+
+// Handler serves the API, with request ids.
+func (a *API) Handler() http.Handler { return withRequestID(a.mux) }
+
+// Routes lists method and path of every route, for tests and the OpenAPI document.
+func (a *API) Routes() [][2]string {
+	out := make([][2]string, 0, len(a.routes)+1)
+	for _, r := range a.routes {
+		out = append(out, [2]string{r.method, r.path})
+	}
+	return out
+}
+
+// settle waits until the projections have handled a command's events, so
+// that the response, and any request after it on any replica, sees them.
+func (a *API) settle(ctx context.Context, res command.Result) error {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.ConsistencyTimeout)
+	defer cancel()
+	return projections.WaitFor(ctx, a.pool, res.Last, a.cfg.Changed)
+}
+
+// commandContext is who issues a command in this request.
+func commandContext(r *http.Request, c *call) command.Context {
+	return command.Context{Actor: c.actor, Person: c.principal.UserID, RequestID: requestID(r.Context())}
+}
+
+var _ eventstore.Querier = (*pgxpool.Pool)(nil)

@@ -1,0 +1,40 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	registry *prometheus.Registry
+}
+
+func newMetrics(reg *prometheus.Registry) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nebulactrl_http_requests_total", Help: "API requests by route and status.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "nebulactrl_http_request_duration_seconds", Help: "API request latency by route.", Buckets: prometheus.DefBuckets,
+		}, []string{"route"}),
+		registry: reg,
+	}
+	reg.MustRegister(m.requests, m.duration)
+	return m
+}
+
+func (m *metrics) observe(route string, status int, d time.Duration) {
+	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	m.duration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// MetricsHandler serves the Prometheus metrics of the API's registry.
+func (a *API) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{})
+}

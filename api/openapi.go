@@ -1,0 +1,154 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3gen"
+)
+
+var pathParam = regexp.MustCompile(`\{([a-z]+)\}`)
+
+var paramDocs = map[string]string{
+	"org": "organisation name", "project": "project name", "env": "environment name", "service": "service name",
+	"cluster": "cluster name", "user": "user id", "token": "token id", "name": "variable name", "host": "host name",
+	"changeset": "change set id",
+}
+
+// OpenAPI builds the OpenAPI 3 document from the route table, so that every
+// route is documented and every documented route exists.
+func (a *API) OpenAPI() (*openapi3.T, error) {
+	doc := &openapi3.T{
+		OpenAPI: "3.0.3",
+		Info: &openapi3.Info{Title: "NebulaCtrl API", Version: a.cfg.Version,
+			Description: "The NebulaCtrl control plane. Bearer tokens (Authorization: Bearer nbl_...) carry scopes; errors are {\"error\": {\"code\", \"message\"}}."},
+		Paths: openapi3.NewPaths(),
+		Components: &openapi3.Components{
+			Schemas: openapi3.Schemas{},
+			SecuritySchemes: openapi3.SecuritySchemes{
+				"bearer": &openapi3.SecuritySchemeRef{Value: openapi3.NewJWTSecurityScheme().WithBearerFormat("nbl token")},
+			},
+		},
+	}
+	gen := openapi3gen.NewGenerator(openapi3gen.UseAllExportedFields(), openapi3gen.CreateComponentSchemas(openapi3gen.ExportComponentSchemasOptions{ExportComponentSchemas: true, ExportTopLevelSchema: true}))
+	schema := func(v any) (*openapi3.SchemaRef, error) {
+		return gen.NewSchemaRefForValue(v, doc.Components.Schemas)
+	}
+	errRef, err := schema(Error{})
+	if err != nil {
+		return nil, err
+	}
+	for _, rt := range a.routes {
+		op := openapi3.NewOperation()
+		op.Summary = rt.summary
+		op.Tags = []string{rt.tag}
+		op.OperationID = operationID(rt)
+		if !rt.public {
+			op.Security = &openapi3.SecurityRequirements{{"bearer": {}}}
+			if rt.scope != "" {
+				op.Description = "Needs the scope " + string(rt.scope) + "."
+			}
+		} else {
+			op.Security = &openapi3.SecurityRequirements{}
+		}
+		for _, m := range pathParam.FindAllStringSubmatch(rt.path, -1) {
+			op.AddParameter(openapi3.NewPathParameter(m[1]).WithSchema(openapi3.NewStringSchema()).WithDescription(paramDocs[m[1]]))
+		}
+		for _, q := range rt.query {
+			s := openapi3.NewStringSchema()
+			if q.typ == "integer" {
+				s = openapi3.NewIntegerSchema()
+			}
+			op.AddParameter(openapi3.NewQueryParameter(q.name).WithSchema(s).WithDescription(q.description))
+		}
+		if rt.creating && !rt.public {
+			op.AddParameter(openapi3.NewHeaderParameter("Idempotency-Key").WithSchema(openapi3.NewStringSchema()).
+				WithDescription("a retried request with the same key and body gets the first response; another body gets 422"))
+		}
+		if rt.request != nil {
+			ref, err := schema(rt.request)
+			if err != nil {
+				return nil, fmt.Errorf("schema of %s %s request: %w", rt.method, rt.path, err)
+			}
+			op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithRequired(true).WithJSONSchemaRef(ref)}
+		}
+		addResponse := func(status int, body any) error {
+			resp := openapi3.NewResponse().WithDescription(http.StatusText(status))
+			if body != nil {
+				ref, err := schema(body)
+				if err != nil {
+					return fmt.Errorf("schema of %s %s response: %w", rt.method, rt.path, err)
+				}
+				resp.WithJSONSchemaRef(ref)
+			}
+			op.AddResponse(status, resp)
+			return nil
+		}
+		if err := addResponse(rt.status, rt.response); err != nil {
+			return nil, err
+		}
+		if rt.accepted != nil {
+			if err := addResponse(http.StatusAccepted, rt.accepted); err != nil {
+				return nil, err
+			}
+		}
+		for _, st := range errorStatuses(rt) {
+			op.AddResponse(st, openapi3.NewResponse().WithDescription(http.StatusText(st)).WithJSONSchemaRef(errRef))
+		}
+		doc.AddOperation(rt.path, rt.method, op)
+	}
+	return doc, nil
+}
+
+func errorStatuses(rt route) []int {
+	out := []int{400, 404, 409, 413, 422, 429, 500, 503}
+	if !rt.public {
+		out = append(out, 401, 403)
+	}
+	return out
+}
+
+func operationID(rt route) string {
+	parts := []string{strings.ToLower(rt.method)}
+	for _, seg := range strings.Split(strings.TrimPrefix(rt.path, "/api/v1/"), "/") {
+		if m := pathParam.FindStringSubmatch(seg); m != nil {
+			parts = append(parts, "by"+strings.ToUpper(m[1][:1])+m[1][1:])
+			continue
+		}
+		seg = strings.ReplaceAll(seg, "-", "")
+		parts = append(parts, strings.ToUpper(seg[:1])+seg[1:])
+	}
+	return strings.Join(parts, "")
+}
+
+// openapiDoc is the document, built once per API.
+type openapiDoc struct {
+	once sync.Once
+	body []byte
+	err  error
+}
+
+func (a *API) serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+	a.doc.once.Do(func() {
+		doc, err := a.OpenAPI()
+		if err == nil {
+			a.doc.body, err = json.Marshal(doc)
+		}
+		a.doc.err = err
+	})
+	if a.doc.err != nil {
+		a.writeError(w, r, a.doc.err)
+		return
+	}
+	body := a.doc.body
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
+}
+

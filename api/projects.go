@@ -1,0 +1,581 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/nebulactrl/nebulactrl/command"
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/projections"
+	"github.com/nebulactrl/nebulactrl/query"
+)
+
+// CreateProjectRequest creates a project.
+type CreateProjectRequest struct {
+	Name string `json:"name"`
+}
+
+// CreateEnvironmentRequest creates an environment on a cluster of the organisation.
+type CreateEnvironmentRequest struct {
+	Name      string `json:"name"`
+	Cluster   string `json:"cluster"`
+	Protected bool   `json:"protected,omitempty"`
+}
+
+// UpdateEnvironmentRequest changes an environment; absent fields stay.
+type UpdateEnvironmentRequest struct {
+	Cluster   *string `json:"cluster,omitempty"`
+	Protected *bool   `json:"protected,omitempty"`
+}
+
+// ServiceRequest creates or (PATCH: absent fields stay) changes a service.
+// Without processes a service gets one "web" process with Port and Replicas.
+type ServiceRequest struct {
+	Name      string           `json:"name,omitempty"`
+	Image     string           `json:"image,omitempty"`
+	GitURL    string           `json:"gitUrl,omitempty"`
+	GitBranch string           `json:"gitBranch,omitempty"`
+	Port      *int             `json:"port,omitempty"`
+	Replicas  *int             `json:"replicas,omitempty"`
+	Processes []domain.Process `json:"processes,omitempty"`
+}
+
+// VariableInput is one variable to set. A secret's value is sealed before it
+// is stored and never returned.
+type VariableInput struct {
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Secret bool   `json:"secret,omitempty"`
+}
+
+// SetVariablesRequest sets variables.
+type SetVariablesRequest struct {
+	Variables []VariableInput `json:"variables"`
+}
+
+// VariablesResponse lists variables after a change, or the change set that
+// holds the change for a protected environment.
+type VariablesResponse struct {
+	Variables []query.Variable `json:"variables"`
+	ChangeSet *query.ChangeSet `json:"changeSet,omitempty"`
+}
+
+// AddDomainRequest routes a host name to a service.
+type AddDomainRequest struct {
+	Host string `json:"host"`
+}
+
+// DeployRequest deploys an image (a tag is resolved to its digest) or, without
+// one, the service's image again.
+type DeployRequest struct {
+	Image string `json:"image,omitempty"`
+}
+
+// RollbackRequest deploys an earlier release again.
+type RollbackRequest struct {
+	Release int `json:"release"`
+}
+
+// DeployResponse is the deployment started, or the change set that waits for
+// approval in a protected environment.
+type DeployResponse struct {
+	Deployment *query.Deployment `json:"deployment,omitempty"`
+	Release    *query.Release    `json:"release,omitempty"`
+	ChangeSet  *query.ChangeSet  `json:"changeSet,omitempty"`
+}
+
+// ChangeSetDecision approves or rejects a change set.
+type ChangeSetDecision struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+func (a *API) projectCommand(ctx context.Context, r *http.Request, c *call, cmd any) (command.Result, error) {
+	res, err := a.cmd.Project(ctx, commandContext(r, c), c.org.ID, c.project.ID, cmd)
+	if err != nil {
+		return res, err
+	}
+	return res, a.settle(ctx, res)
+}
+
+// changeSetOf returns the change set a command opened, if it opened one.
+func (a *API) changeSetOf(ctx context.Context, res command.Result) (*query.ChangeSet, error) {
+	for _, e := range res.Events {
+		if cs, ok := e.(domain.ChangeSetOpened); ok {
+			got, err := query.ChangeSetByID(ctx, a.pool, cs.ChangeSetID)
+			return &got, err
+		}
+	}
+	return nil, nil
+}
+
+func (a *API) listProjects(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	p, err := query.Projects(r.Context(), a.pool, c.org.ID)
+	return http.StatusOK, p, err
+}
+
+func (a *API) createProject(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	var req CreateProjectRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return 0, nil, err
+	}
+	ctx := r.Context()
+	id := uuid.NewString()
+	res, err := a.cmd.Project(ctx, commandContext(r, c), c.org.ID, id, domain.CreateProject{ProjectID: id, OrgID: c.org.ID, Name: req.Name})
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := a.settle(ctx, res); err != nil {
+		return 0, nil, err
+	}
+	p, err := query.ProjectByName(ctx, a.pool, c.org.ID, req.Name)
+	return http.StatusCreated, p, err
+}
+
+func (a *API) getProject(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	return http.StatusOK, c.project, nil
+}
+
+func (a *API) deleteProject(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	_, err := a.projectCommand(r.Context(), r, c, domain.DeleteProject{})
+	return http.StatusNoContent, nil, err
+}
+
+func (a *API) listEnvironments(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	e, err := query.Environments(r.Context(), a.pool, c.project.ID)
+	return http.StatusOK, e, err
+}
+
+func (a *API) clusterID(ctx context.Context, orgID, name string) (string, error) {
+	cl, err := query.ClusterByName(ctx, a.pool, orgID, name)
+	if err != nil {
+		if isNotFound(err) {
+			return "", errorf(http.StatusUnprocessableEntity, "validation_failed", "the organisation has no cluster %s", name)
+		}
+		return "", err
+	}
+	return cl.ID, nil
+}
+
+func (a *API) createEnvironment(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	var req CreateEnvironmentRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return 0, nil, err
+	}
+	if err := required(map[string]string{"name": req.Name, "cluster": req.Cluster}); err != nil {
+		return 0, nil, err
+	}
+	ctx := r.Context()
+	cluster, err := a.clusterID(ctx, c.org.ID, req.Cluster)
+	if err != nil {
+		return 0, nil, err
+	}
+	id := uuid.NewString()
+	if _, err := a.projectCommand(ctx, r, c, domain.CreateEnvironment{EnvironmentID: id, Name: req.Name, ClusterID: cluster, Protected: req.Protected}); err != nil {
+		return 0, nil, err
+	}
+	e, err := query.EnvironmentByName(ctx, a.pool, c.project.ID, req.Name)
+	return http.StatusCreated, e, err
+}
+
+func (a *API) getEnvironment(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	return http.StatusOK, c.env, nil
+}
+
+func (a *API) updateEnvironment(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	var req UpdateEnvironmentRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return 0, nil, err
+	}
+	ctx := r.Context()
+	cmd := domain.UpdateEnvironment{EnvironmentID: c.env.ID, ClusterID: c.env.ClusterID, Protected: c.env.Protected}
+	if req.Cluster != nil {
+		id, err := a.clusterID(ctx, c.org.ID, *req.Cluster)
+		if err != nil {
+			return 0, nil, err
+		}
+		cmd.ClusterID = id
+	}
+	if req.Protected != nil {
+		cmd.Protected = *req.Protected
+	}
+	if _, err := a.projectCommand(ctx, r, c, cmd); err != nil {
+		return 0, nil, err
+	}
+	e, err := query.EnvironmentByName(ctx, a.pool, c.project.ID, c.env.Name)
+	return http.StatusOK, e, err
+}
+
+func (a *API) deleteEnvironment(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	_, err := a.projectCommand(r.Context(), r, c, domain.DeleteEnvironment{EnvironmentID: c.env.ID})
+	return http.StatusNoContent, nil, err
+}
+
+func (a *API) listServices(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	s, err := query.Services(r.Context(), a.pool, c.project.ID)
+	return http.StatusOK, s, err
+}
+
+// processes turns the request's shorthand into processes.
+func (req ServiceRequest) processes(current []domain.Process) []domain.Process {
+	if len(req.Processes) > 0 {
+		return req.Processes
+	}
+	procs := current
+	if len(procs) == 0 {
+		procs = []domain.Process{{Name: "web", Replicas: 1}}
+	}
+	out := make([]domain.Process, len(procs))
+	copy(out, procs)
+	for i := range out {
+		if out[i].Name != "web" && len(out) > 1 {
+			continue
+		}
+		if req.Port != nil {
+			out[i].Port = *req.Port
+			if out[i].HealthCheck == nil && *req.Port > 0 {
+				out[i].HealthCheck = &domain.HealthCheck{Port: *req.Port}
+			}
+		}
+		if req.Replicas != nil {
+			out[i].Replicas = *req.Replicas
+		}
+	}
+	return out
+}
+
+func (a *API) createService(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	var req ServiceRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return 0, nil, err
+	}
+	if err := required(map[string]string{"name": req.Name}); err != nil {
+		return 0, nil, err
+	}
+	ctx := r.Context()
+	id := uuid.NewString()
+	src := domain.Source{Image: req.Image, GitURL: req.GitURL, GitBranch: req.GitBranch}
+	if _, err := a.projectCommand(ctx, r, c, domain.CreateService{ServiceID: id, Name: req.Name, Source: src, Processes: req.processes(nil)}); err != nil {
+		return 0, nil, err
+	}
+	s, err := query.ServiceByName(ctx, a.pool, c.project.ID, req.Name)
+	return http.StatusCreated, s, err
+}
+
+func (a *API) getService(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	return http.StatusOK, c.service, nil
+}
+
+func (a *API) updateService(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	var req ServiceRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return 0, nil, err
+	}
+	if req.Name != "" && req.Name != c.service.Name {
+		return 0, nil, errorf(http.StatusUnprocessableEntity, "validation_failed", "a service cannot be renamed")
+	}
+	src := c.service.Source
+	if req.Image != "" || req.GitURL != "" {
+		src = domain.Source{Image: req.Image, GitURL: req.GitURL, GitBranch: req.GitBranch}
+	}
+	ctx := r.Context()
+	if _, err := a.projectCommand(ctx, r, c, domain.UpdateService{ServiceID: c.service.ID, Source: src, Processes: req.processes(c.service.Processes)}); err != nil {
+		return 0, nil, err
+	}
+	s, err := query.ServiceByName(ctx, a.pool, c.project.ID, c.service.Name)
+	return http.StatusOK, s, err
+}
+
+func (a *API) deleteService(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	_, err := a.projectCommand(r.Context(), r, c, domain.DeleteService{ServiceID: c.service.ID})
+	return http.StatusNoContent, nil, err
+}
+
+func (a *API) listVariables(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	var vars []query.Variable
+	var err error
+	if c.service.ID == "" {
+		vars, err = query.Variables(r.Context(), a.pool, c.env.ID, "")
+	} else {
+		vars, err = query.EffectiveVariables(r.Context(), a.pool, c.env.ID, c.service.ID)
+	}
+	return http.StatusOK, vars, err
+}
+
+func (a *API) setVariables(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	var req SetVariablesRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return 0, nil, err
+	}
+	if len(req.Variables) == 0 {
+		return 0, nil, badRequest("no variables to set")
+	}
+	ctx := r.Context()
+	vars := make([]domain.Variable, 0, len(req.Variables))
+	for _, in := range req.Variables {
+		if err := domain.ValidateVariableName(in.Name); err != nil {
+			return 0, nil, err
+		}
+		v := domain.Variable{Name: in.Name, Value: in.Value}
+		if in.Secret {
+			// Sealed here, before the value becomes part of any command or log.
+			sealed, err := a.cfg.Sealer.Seal(ctx, c.org.ID, []byte(in.Value))
+			if err != nil {
+				return 0, nil, err
+			}
+			v = domain.Variable{Name: in.Name, Secret: &sealed}
+		}
+		vars = append(vars, v)
+	}
+	res, err := a.projectCommand(ctx, r, c, domain.SetVariables{EnvironmentID: c.env.ID, ServiceID: c.service.ID, Variables: vars})
+	if err != nil {
+		return 0, nil, err
+	}
+	return a.variablesAfter(ctx, r, c, res)
+}
+
+func (a *API) variablesAfter(ctx context.Context, r *http.Request, c *call, res command.Result) (int, any, error) {
+	cs, err := a.changeSetOf(ctx, res)
+	if err != nil {
+		return 0, nil, err
+	}
+	_, listed, err := a.listVariables(nil, r, c)
+	if err != nil {
+		return 0, nil, err
+	}
+	status := http.StatusOK
+	if cs != nil {
+		status = http.StatusAccepted
+	}
+	return status, VariablesResponse{Variables: listed.([]query.Variable), ChangeSet: cs}, nil
+}
+
+func (a *API) unsetVariable(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	ctx := r.Context()
+	res, err := a.projectCommand(ctx, r, c, domain.UnsetVariables{EnvironmentID: c.env.ID, ServiceID: c.service.ID, Names: []string{r.PathValue("name")}})
+	if err != nil {
+		return 0, nil, err
+	}
+	return a.variablesAfter(ctx, r, c, res)
+}
+
+func (a *API) listDomains(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	d, err := query.Domains(r.Context(), a.pool, c.env.ID, c.service.ID)
+	return http.StatusOK, d, err
+}
+
+func (a *API) addDomain(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	var req AddDomainRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return 0, nil, err
+	}
+	host := strings.ToLower(strings.TrimSpace(req.Host))
+	ctx := r.Context()
+	res, err := a.projectCommand(ctx, r, c, domain.AddDomain{EnvironmentID: c.env.ID, ServiceID: c.service.ID, Host: host})
+	if err != nil {
+		return 0, nil, err
+	}
+	if cs, err := a.changeSetOf(ctx, res); cs != nil || err != nil {
+		return http.StatusAccepted, cs, err
+	}
+	ds, err := query.Domains(ctx, a.pool, c.env.ID, c.service.ID)
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, d := range ds {
+		if d.Host == host {
+			return http.StatusCreated, d, nil
+		}
+	}
+	return 0, nil, notFound("domain " + host)
+}
+
+func (a *API) removeDomain(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	ctx := r.Context()
+	host := r.PathValue("host")
+	ds, err := query.Domains(ctx, a.pool, c.env.ID, c.service.ID)
+	if err != nil {
+		return 0, nil, err
+	}
+	found := false
+	for _, d := range ds {
+		found = found || d.Host == host
+	}
+	if !found {
+		return 0, nil, notFound("domain " + host)
+	}
+	res, err := a.projectCommand(ctx, r, c, domain.RemoveDomain{EnvironmentID: c.env.ID, Host: host})
+	if err != nil {
+		return 0, nil, err
+	}
+	if cs, err := a.changeSetOf(ctx, res); cs != nil || err != nil {
+		return http.StatusAccepted, cs, err
+	}
+	return http.StatusNoContent, nil, nil
+}
+
+func (a *API) deploy(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	var req DeployRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return 0, nil, err
+	}
+	ref := strings.TrimSpace(req.Image)
+	if ref == "" {
+		ref = c.service.Source.Image
+	}
+	if ref == "" {
+		return 0, nil, errorf(http.StatusUnprocessableEntity, "validation_failed", "service %s builds from Git; give an image to deploy (builds come with a later version)", c.service.Name)
+	}
+	ctx := r.Context()
+	// Resolve before anything is decided: an image that cannot be resolved
+	// creates nothing.
+	pinned, err := a.cfg.Images.Resolve(ctx, ref)
+	if err != nil {
+		return 0, nil, err
+	}
+	cmd := domain.Deploy{EnvironmentID: c.env.ID, ServiceID: c.service.ID, ReleaseID: uuid.NewString(), DeploymentID: uuid.NewString(), Image: pinned}
+	res, err := a.projectCommand(ctx, r, c, cmd)
+	if err != nil {
+		return 0, nil, err
+	}
+	return a.deployResponse(ctx, res, cmd.DeploymentID)
+}
+
+func (a *API) deployResponse(ctx context.Context, res command.Result, deploymentID string) (int, any, error) {
+	if cs, err := a.changeSetOf(ctx, res); cs != nil || err != nil {
+		return http.StatusAccepted, DeployResponse{ChangeSet: cs}, err
+	}
+	d, err := query.DeploymentByID(ctx, a.pool, deploymentID)
+	if err != nil {
+		return 0, nil, err
+	}
+	rel, err := query.ReleaseByID(ctx, a.pool, d.ReleaseID)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, DeployResponse{Deployment: &d, Release: &rel}, nil
+}
+
+func (a *API) rollback(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	var req RollbackRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return 0, nil, err
+	}
+	ctx := r.Context()
+	rels, err := query.Releases(ctx, a.pool, c.env.ID, c.service.ID)
+	if err != nil {
+		return 0, nil, err
+	}
+	var target string
+	for _, rel := range rels {
+		if rel.Number == req.Release {
+			target = rel.ID
+		}
+	}
+	if target == "" {
+		return 0, nil, notFound("release " + strconv.Itoa(req.Release))
+	}
+	cmd := domain.Rollback{EnvironmentID: c.env.ID, ServiceID: c.service.ID, ReleaseID: target, DeploymentID: uuid.NewString()}
+	res, err := a.projectCommand(ctx, r, c, cmd)
+	if err != nil {
+		return 0, nil, err
+	}
+	return a.deployResponse(ctx, res, cmd.DeploymentID)
+}
+
+func (a *API) listReleases(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	rel, err := query.Releases(r.Context(), a.pool, c.env.ID, c.service.ID)
+	return http.StatusOK, rel, err
+}
+
+func (a *API) listDeployments(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	limit, err := intQuery(r, "limit", 50, 1, 500)
+	if err != nil {
+		return 0, nil, err
+	}
+	d, err := query.Deployments(r.Context(), a.pool, c.env.ID, c.service.ID, limit)
+	return http.StatusOK, d, err
+}
+
+func (a *API) state(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	ctx := r.Context()
+	var rev projections.Revision
+	var err error
+	at := r.URL.Query().Get("at")
+	switch {
+	case at != "" && r.URL.Query().Get("revision") != "":
+		return 0, nil, badRequest("give either revision or at, not both")
+	case at != "":
+		t, perr := time.Parse(time.RFC3339, at)
+		if perr != nil {
+			return 0, nil, badRequest("query parameter at must be an RFC 3339 time")
+		}
+		rev, err = projections.StateAt(ctx, a.pool, c.env.ID, t)
+	default:
+		n, qerr := intQuery(r, "revision", 0, 1, 1<<30)
+		if qerr != nil {
+			return 0, nil, qerr
+		}
+		rev, err = projections.RevisionNumber(ctx, a.pool, c.env.ID, n)
+	}
+	if errors.Is(err, projections.ErrNoRevision) {
+		return 0, nil, notFound("revision")
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	// The stored document carries secrets sealed; none are opened here.
+	return http.StatusOK, rev, nil
+}
+
+func (a *API) listChangeSets(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	status := r.URL.Query().Get("status")
+	switch status {
+	case "", "open", "approved", "rejected":
+	default:
+		return 0, nil, badRequest("status must be open, approved or rejected")
+	}
+	cs, err := query.ChangeSets(r.Context(), a.pool, c.env.ID, status)
+	return http.StatusOK, cs, err
+}
+
+func (a *API) decideChangeSet(approve bool) func(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	return func(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+		var req ChangeSetDecision
+		if len(strings.TrimSpace(string(c.body))) > 0 {
+			if err := decodeJSON(c.body, &req); err != nil {
+				return 0, nil, err
+			}
+		}
+		id := r.PathValue("changeset")
+		ctx := r.Context()
+		cs, err := query.ChangeSetByID(ctx, a.pool, id)
+		if err != nil || cs.EnvironmentID != c.env.ID {
+			return 0, nil, notFound("change set " + id)
+		}
+		var cmd any = domain.RejectChangeSet{ChangeSetID: id, Reason: req.Reason}
+		if approve {
+			cmd = domain.ApproveChangeSet{ChangeSetID: id}
+		}
+		if _, err := a.projectCommand(ctx, r, c, cmd); err != nil {
+			return 0, nil, err
+		}
+		cs, err = query.ChangeSetByID(ctx, a.pool, id)
+		return http.StatusOK, cs, err
+	}
+}
+
+func sortedNames(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

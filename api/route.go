@@ -1,0 +1,233 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/query"
+)
+
+// route is one row of the route table: routing, authentication, the scope
+// checked, and what the OpenAPI document says of it all come from here.
+type route struct {
+	method, path string
+	summary      string
+	tag          string
+	// public routes need no token (setup, login).
+	public bool
+	// scope is checked for every caller; with {org} in the path it is checked
+	// against the caller's role there.
+	scope domain.Scope
+	// request and response are zero values of the body types, for the
+	// document; nil means no body.
+	request  any
+	response any
+	status   int
+	// accepted is the body of a 202 answer, for routes whose change waits
+	// in a change set when the environment is protected.
+	accepted any
+	// creating routes honour Idempotency-Key.
+	creating bool
+	query    []param
+	handle   func(w http.ResponseWriter, r *http.Request, c *call) (int, any, error)
+}
+
+// param is a query-string parameter, for the document.
+type param struct {
+	name, description, typ string
+}
+
+// call is what a handler gets: who asks and what the path names.
+type call struct {
+	principal domain.Principal
+	actor     domain.Actor
+	tokenID   string
+	body      []byte
+	org       query.Organisation
+	project   query.Project
+	env       query.Environment
+	service   query.Service
+	cluster   query.Cluster
+}
+
+type ctxKey int
+
+const requestIDKey ctxKey = iota
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+// withRequestID gives every request an id: the caller's X-Request-Id when it
+// is sane, a new one otherwise. It is echoed and written to the audit log.
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if len(id) == 0 || len(id) > 64 || strings.ContainsFunc(id, func(c rune) bool { return c < 0x21 || c > 0x7e }) {
+			b := make([]byte, 8)
+			_, _ = rand.Read(b)
+			id = "req_" + hex.EncodeToString(b)
+		}
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+	})
+}
+
+// wrap turns a route into a handler: authenticate, resolve the names in the
+// path (checking the scope at the organisation before anything inside it is
+// looked up, so non-members learn nothing), honour Idempotency-Key, call.
+func (a *API) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: 200}
+		a.serve(rec, r, rt)
+		a.metrics.observe(rt.method+" "+rt.path, rec.status, time.Since(start))
+	})
+}
+
+func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route) {
+	c := &call{}
+	if !rt.public {
+		p, actor, tokenID, err := a.authenticate(r)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		c.principal, c.actor, c.tokenID = p, actor, tokenID
+	}
+	if err := a.resolve(r, rt, c); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if rt.request != nil {
+		body, err := readBody(w, r)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		c.body = body
+	}
+	if rt.creating && r.Header.Get("Idempotency-Key") != "" && !rt.public {
+		a.idempotent(w, r, rt, c)
+		return
+	}
+	status, body, err := rt.handle(w, r, c)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if status == http.StatusNoContent {
+		w.WriteHeader(status)
+		return
+	}
+	writeJSON(w, status, body)
+}
+
+func (a *API) resolve(r *http.Request, rt route, c *call) error {
+	ctx := r.Context()
+	orgName := r.PathValue("org")
+	if orgName == "" {
+		if rt.scope != "" && !rt.public {
+			return a.allow(c, "", rt.scope)
+		}
+		return nil
+	}
+	org, err := query.OrganisationByName(ctx, a.pool, orgName)
+	if err != nil {
+		if isNotFound(err) {
+			return notFound("organisation " + orgName)
+		}
+		return err
+	}
+	if err := a.allow(c, org.ID, rt.scope); err != nil {
+		if isNotFound(err) {
+			return notFound("organisation " + orgName)
+		}
+		return err
+	}
+	c.org = org
+	if name := r.PathValue("cluster"); name != "" {
+		if c.cluster, err = query.ClusterByName(ctx, a.pool, org.ID, name); err != nil {
+			return named(err, "cluster "+orgName+"/"+name)
+		}
+	}
+	name := r.PathValue("project")
+	if name == "" {
+		return nil
+	}
+	if c.project, err = query.ProjectByName(ctx, a.pool, org.ID, name); err != nil {
+		return named(err, "project "+orgName+"/"+name)
+	}
+	if name := r.PathValue("env"); name != "" {
+		if c.env, err = query.EnvironmentByName(ctx, a.pool, c.project.ID, name); err != nil {
+			return named(err, "environment "+orgName+"/"+c.project.Name+"/"+name)
+		}
+	}
+	if name := r.PathValue("service"); name != "" {
+		if c.service, err = query.ServiceByName(ctx, a.pool, c.project.ID, name); err != nil {
+			return named(err, "service "+orgName+"/"+c.project.Name+"/"+name)
+		}
+	}
+	return nil
+}
+
+func (a *API) allow(c *call, orgID string, scope domain.Scope) error {
+	if scope == "" {
+		return nil
+	}
+	err := c.principal.Allow(orgID, scope)
+	if err == nil {
+		return nil
+	}
+	if isNotFound(err) {
+		return err
+	}
+	return errorf(http.StatusForbidden, "forbidden", "%s", strings.TrimPrefix(err.Error(), "forbidden: "))
+}
+
+func isNotFound(err error) bool {
+	ae := toAPIError(err)
+	return ae.status == http.StatusNotFound
+}
+
+func named(err error, what string) error {
+	if isNotFound(err) {
+		return notFound(what)
+	}
+	return err
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func intQuery(r *http.Request, name string, def, min, max int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		return 0, badRequest("query parameter %s must be a whole number from %d to %d", name, min, max)
+	}
+	return n, nil
+}

@@ -1,0 +1,144 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/projections"
+	"github.com/nebulactrl/nebulactrl/query"
+)
+
+const (
+	orgPath     = "/api/v1/orgs/{org}"
+	projectPath = orgPath + "/projects/{project}"
+	envPath     = projectPath + "/environments/{env}"
+	targetPath  = envPath + "/services/{service}"
+	clusterPath = orgPath + "/clusters/{cluster}"
+)
+
+// routeTable is every route of the API. Order matters only for the document.
+func (a *API) routeTable() []route {
+	var (
+		read    = domain.ScopeProjectsRead
+		write   = domain.ScopeProjectsWrite
+		deploy  = domain.ScopeDeploymentsWrite
+		approve = domain.ScopeApprovalsWrite
+		srvRead = domain.ScopeServersRead
+		srvWrit = domain.ScopeServersWrite
+		members = domain.ScopeMembersWrite
+		tokens  = domain.ScopeTokensWrite
+		audit   = domain.ScopeAuditRead
+		admin   = domain.ScopeInstanceAdmin
+		ok      = http.StatusOK
+		created = http.StatusCreated
+		none    = http.StatusNoContent
+		later   = http.StatusAccepted
+	)
+	limit := param{"limit", "at most this many items", "integer"}
+	return []route{
+		{method: "POST", path: "/api/v1/setup", tag: "setup", summary: "Create the first user (instance administrator) and organisation; refused once any user exists", public: true,
+			request: SetupRequest{}, response: SetupResponse{}, status: created, creating: true, handle: a.setup},
+		{method: "POST", path: "/api/v1/sessions", tag: "sessions", summary: "Sign in with e-mail and password (rate-limited); returns a session token", public: true,
+			request: LoginRequest{}, response: SessionResponse{}, status: created, handle: a.login},
+		{method: "DELETE", path: "/api/v1/sessions/current", tag: "sessions", summary: "Sign out: revoke the token in use",
+			status: none, handle: a.logout},
+		{method: "GET", path: "/api/v1/me", tag: "users", summary: "Who the caller is", response: MeResponse{}, status: ok, handle: a.me},
+		{method: "GET", path: "/api/v1/tokens", tag: "tokens", summary: "The caller's API tokens (never their secrets)", response: []query.Token{}, status: ok, handle: a.listTokens},
+		{method: "POST", path: "/api/v1/tokens", tag: "tokens", summary: "Create an API token with scopes; the secret is shown once", scope: tokens,
+			request: CreateTokenRequest{}, response: CreatedToken{}, status: created, creating: true, handle: a.createToken},
+		{method: "DELETE", path: "/api/v1/tokens/{token}", tag: "tokens", summary: "Revoke one of the caller's tokens", scope: tokens, status: none, handle: a.revokeToken},
+		{method: "GET", path: "/api/v1/users", tag: "users", summary: "Every user (instance administrator)", scope: admin, response: []query.User{}, status: ok, handle: a.listUsers},
+		{method: "POST", path: "/api/v1/users", tag: "users", summary: "Add a user (instance administrator)", scope: admin,
+			request: CreateUserRequest{}, response: query.User{}, status: created, creating: true, handle: a.createUser},
+		{method: "GET", path: "/api/v1/instance/settings", tag: "instance", summary: "Instance settings", scope: admin, response: query.InstanceSettings{}, status: ok, handle: a.getSettings},
+		{method: "PATCH", path: "/api/v1/instance/settings", tag: "instance", summary: "Change instance settings (agent auto-upgrade)", scope: admin,
+			request: SettingsRequest{}, response: query.InstanceSettings{}, status: ok, handle: a.updateSettings},
+		{method: "GET", path: "/api/v1/audit", tag: "audit", summary: "The whole audit log (instance administrator)", scope: admin, response: AuditPage{}, status: ok,
+			query: auditParams(), handle: a.audit},
+
+		{method: "GET", path: "/api/v1/orgs", tag: "organisations", summary: "Organisations of the caller", response: []query.Organisation{}, status: ok, handle: a.listOrganisations},
+		{method: "POST", path: "/api/v1/orgs", tag: "organisations", summary: "Create an organisation owned by the caller", scope: write,
+			request: CreateOrganisationRequest{}, response: query.Organisation{}, status: created, creating: true, handle: a.createOrganisation},
+		{method: "GET", path: orgPath, tag: "organisations", summary: "An organisation", scope: read, response: query.Organisation{}, status: ok, handle: a.getOrganisation},
+		{method: "GET", path: orgPath + "/members", tag: "members", summary: "Members and their roles", scope: read, response: []query.Member{}, status: ok, handle: a.listMembers},
+		{method: "POST", path: orgPath + "/members", tag: "members", summary: "Add a user by e-mail with a role", scope: members,
+			request: AddMemberRequest{}, response: query.Member{}, status: created, creating: true, handle: a.addMember},
+		{method: "PATCH", path: orgPath + "/members/{user}", tag: "members", summary: "Change a member's role", scope: members,
+			request: ChangeRoleRequest{}, response: query.Member{}, status: ok, handle: a.changeMember},
+		{method: "DELETE", path: orgPath + "/members/{user}", tag: "members", summary: "Remove a member", scope: members, status: none, handle: a.removeMember},
+		{method: "GET", path: orgPath + "/audit", tag: "audit", summary: "The organisation's audit log (filters, cursor pagination)", scope: audit,
+			response: AuditPage{}, status: ok, query: auditParams(), handle: a.audit},
+
+		{method: "GET", path: orgPath + "/clusters", tag: "clusters", summary: "Clusters", scope: srvRead, response: []query.Cluster{}, status: ok, handle: a.listClusters},
+		{method: "POST", path: orgPath + "/clusters", tag: "clusters", summary: "Create a cluster; returns its first join token once", scope: srvWrit,
+			request: CreateClusterRequest{}, response: ClusterResponse{}, status: created, creating: true, handle: a.createCluster},
+		{method: "GET", path: clusterPath, tag: "clusters", summary: "A cluster", scope: srvRead, response: ClusterResponse{}, status: ok, handle: a.getCluster},
+		{method: "DELETE", path: clusterPath, tag: "clusters", summary: "Delete a cluster that runs no environment", scope: srvWrit, status: none, handle: a.deleteCluster},
+		{method: "GET", path: clusterPath + "/join-tokens", tag: "clusters", summary: "Join tokens (never their secrets)", scope: srvRead, response: []query.JoinToken{}, status: ok, handle: a.listJoinTokens},
+		{method: "POST", path: clusterPath + "/join-tokens", tag: "clusters", summary: "Issue a join token; the secret is shown once", scope: srvWrit,
+			request: JoinTokenRequest{}, response: CreatedJoinToken{}, status: created, creating: true, handle: a.createJoinToken},
+		{method: "DELETE", path: clusterPath + "/join-tokens/{token}", tag: "clusters", summary: "Revoke a join token", scope: srvWrit, status: none, handle: a.revokeJoinToken},
+		{method: "GET", path: clusterPath + "/servers", tag: "clusters", summary: "Servers (agent installations) of a cluster", scope: srvRead, response: []query.Server{}, status: ok, handle: a.listServers},
+
+		{method: "GET", path: orgPath + "/projects", tag: "projects", summary: "Projects", scope: read, response: []query.Project{}, status: ok, handle: a.listProjects},
+		{method: "POST", path: orgPath + "/projects", tag: "projects", summary: "Create a project", scope: write,
+			request: CreateProjectRequest{}, response: query.Project{}, status: created, creating: true, handle: a.createProject},
+		{method: "GET", path: projectPath, tag: "projects", summary: "A project", scope: read, response: query.Project{}, status: ok, handle: a.getProject},
+		{method: "DELETE", path: projectPath, tag: "projects", summary: "Delete a project", scope: write, status: none, handle: a.deleteProject},
+		{method: "GET", path: projectPath + "/environments", tag: "environments", summary: "Environments", scope: read, response: []query.Environment{}, status: ok, handle: a.listEnvironments},
+		{method: "POST", path: projectPath + "/environments", tag: "environments", summary: "Create an environment on a cluster", scope: write,
+			request: CreateEnvironmentRequest{}, response: query.Environment{}, status: created, creating: true, handle: a.createEnvironment},
+		{method: "GET", path: envPath, tag: "environments", summary: "An environment", scope: read, response: query.Environment{}, status: ok, handle: a.getEnvironment},
+		{method: "PATCH", path: envPath, tag: "environments", summary: "Change an environment's cluster or protection", scope: approve,
+			request: UpdateEnvironmentRequest{}, response: query.Environment{}, status: ok, handle: a.updateEnvironment},
+		{method: "DELETE", path: envPath, tag: "environments", summary: "Delete an environment", scope: approve, status: none, handle: a.deleteEnvironment},
+		{method: "GET", path: projectPath + "/services", tag: "services", summary: "Services", scope: read, response: []query.Service{}, status: ok, handle: a.listServices},
+		{method: "POST", path: projectPath + "/services", tag: "services", summary: "Create a service from an image or a Git branch", scope: write,
+			request: ServiceRequest{}, response: query.Service{}, status: created, creating: true, handle: a.createService},
+		{method: "GET", path: projectPath + "/services/{service}", tag: "services", summary: "A service", scope: read, response: query.Service{}, status: ok, handle: a.getService},
+		{method: "PATCH", path: projectPath + "/services/{service}", tag: "services", summary: "Change a service's source or processes", scope: write,
+			request: ServiceRequest{}, response: query.Service{}, status: ok, handle: a.updateService},
+		{method: "DELETE", path: projectPath + "/services/{service}", tag: "services", summary: "Delete a service everywhere; services referencing it are held", scope: write, status: none, handle: a.deleteService},
+
+		{method: "GET", path: envPath + "/variables", tag: "variables", summary: "Environment-wide variables (secret values are never returned)", scope: read, response: []query.Variable{}, status: ok, handle: a.listVariables},
+		{method: "PUT", path: envPath + "/variables", tag: "variables", summary: "Set environment-wide variables", scope: write,
+			request: SetVariablesRequest{}, response: VariablesResponse{}, status: ok, accepted: VariablesResponse{}, handle: a.setVariables},
+		{method: "DELETE", path: envPath + "/variables/{name}", tag: "variables", summary: "Unset an environment-wide variable", scope: write, response: VariablesResponse{}, status: ok, accepted: VariablesResponse{}, handle: a.unsetVariable},
+		{method: "GET", path: targetPath + "/variables", tag: "variables", summary: "A service's variables in an environment, environment-wide ones merged", scope: read, response: []query.Variable{}, status: ok, handle: a.listVariables},
+		{method: "PUT", path: targetPath + "/variables", tag: "variables", summary: "Set a service's variables (plain, secret, or ${{ service.VAR }} references)", scope: write,
+			request: SetVariablesRequest{}, response: VariablesResponse{}, status: ok, accepted: VariablesResponse{}, handle: a.setVariables},
+		{method: "DELETE", path: targetPath + "/variables/{name}", tag: "variables", summary: "Unset a service's variable", scope: write, response: VariablesResponse{}, status: ok, accepted: VariablesResponse{}, handle: a.unsetVariable},
+		{method: "GET", path: envPath + "/domains", tag: "domains", summary: "Domains of an environment", scope: read, response: []query.Domain{}, status: ok, handle: a.listDomains},
+		{method: "GET", path: targetPath + "/domains", tag: "domains", summary: "Domains of a service", scope: read, response: []query.Domain{}, status: ok, handle: a.listDomains},
+		{method: "POST", path: targetPath + "/domains", tag: "domains", summary: "Route a host name to a service", scope: write,
+			request: AddDomainRequest{}, response: query.Domain{}, status: created, accepted: query.ChangeSet{}, creating: true, handle: a.addDomain},
+		{method: "DELETE", path: targetPath + "/domains/{host}", tag: "domains", summary: "Stop routing a host name", scope: write, status: none, accepted: query.ChangeSet{}, handle: a.removeDomain},
+		{method: "POST", path: targetPath + "/deployments", tag: "deployments", summary: "Deploy an image (pinned to its digest) as a new release", scope: deploy,
+			request: DeployRequest{}, response: DeployResponse{}, status: later, creating: true, handle: a.deploy},
+		{method: "POST", path: targetPath + "/rollback", tag: "deployments", summary: "Deploy an earlier release again", scope: deploy,
+			request: RollbackRequest{}, response: DeployResponse{}, status: later, creating: true, handle: a.rollback},
+		{method: "GET", path: targetPath + "/deployments", tag: "deployments", summary: "Deployments, newest first", scope: read, response: []query.Deployment{}, status: ok,
+			query: []param{limit}, handle: a.listDeployments},
+		{method: "GET", path: targetPath + "/releases", tag: "deployments", summary: "The release history", scope: read, response: []query.Release{}, status: ok, handle: a.listReleases},
+		{method: "GET", path: envPath + "/state", tag: "state", summary: "The desired state: the latest revision, revision N, or the one in force at a time", scope: read,
+			response: projections.Revision{}, status: ok, query: []param{{"revision", "revision number", "integer"}, {"at", "RFC 3339 time", "string"}}, handle: a.state},
+		{method: "GET", path: envPath + "/changesets", tag: "changesets", summary: "Change sets of a protected environment", scope: read, response: []query.ChangeSet{}, status: ok,
+			query: []param{{"status", "open, approved or rejected", "string"}}, handle: a.listChangeSets},
+		{method: "POST", path: envPath + "/changesets/{changeset}/approve", tag: "changesets", summary: "Approve and apply a change set (not your own)", scope: approve,
+			request: ChangeSetDecision{}, response: query.ChangeSet{}, status: ok, handle: a.decideChangeSet(true)},
+		{method: "POST", path: envPath + "/changesets/{changeset}/reject", tag: "changesets", summary: "Reject a change set", scope: approve,
+			request: ChangeSetDecision{}, response: query.ChangeSet{}, status: ok, handle: a.decideChangeSet(false)},
+	}
+}
+
+func auditParams() []param {
+	return []param{
+		{"action", "action, or a prefix ending in .*", "string"},
+		{"actor", "actor id", "string"},
+		{"target", "target name prefix", "string"},
+		{"since", "RFC 3339 time", "string"},
+		{"until", "RFC 3339 time", "string"},
+		{"cursor", "nextCursor of the previous page", "integer"},
+		{"limit", "rows per page (1-1000)", "integer"},
+	}
+}

@@ -1,0 +1,124 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/query"
+)
+
+// Tokens read nbl_<token id>_<secret>. The id finds the row; the secret's
+// SHA-256 is compared with the stored one in constant time. Only the hash is
+// ever stored: the secret is random and long, so a fast hash is the right one.
+const tokenPrefix = "nbl_"
+
+// newToken makes a token: its id, the string given to the user once, and the
+// hash to store.
+func newToken() (id, token, hash string, err error) {
+	u := uuid.New()
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return "", "", "", err
+	}
+	s := base64.RawURLEncoding.EncodeToString(secret)
+	return u.String(), tokenPrefix + hex.EncodeToString(u[:]) + "_" + s, hashSecret(s), nil
+}
+
+func hashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// parseToken splits a token into its id and secret.
+func parseToken(tok string) (id, secret string, ok bool) {
+	rest, ok := strings.CutPrefix(tok, tokenPrefix)
+	if !ok {
+		return "", "", false
+	}
+	hexID, secret, ok := strings.Cut(rest, "_")
+	if !ok || len(hexID) != 32 || len(secret) < 32 || len(secret) > 64 {
+		return "", "", false
+	}
+	raw, err := hex.DecodeString(hexID)
+	if err != nil {
+		return "", "", false
+	}
+	u, err := uuid.FromBytes(raw)
+	if err != nil {
+		return "", "", false
+	}
+	return u.String(), secret, true
+}
+
+func unauthorized(msg string) error {
+	return errorf(http.StatusUnauthorized, "unauthorized", "%s", msg)
+}
+
+// authenticate resolves the bearer token to a principal and an actor.
+func (a *API) authenticate(r *http.Request) (domain.Principal, domain.Actor, string, error) {
+	h := r.Header.Get("Authorization")
+	raw, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || raw == "" {
+		return domain.Principal{}, domain.Actor{}, "", unauthorized("this request needs an API token: Authorization: Bearer <token>")
+	}
+	id, secret, ok := parseToken(strings.TrimSpace(raw))
+	if !ok {
+		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token is malformed")
+	}
+	ctx := r.Context()
+	tok, hash, err := query.TokenByID(ctx, a.pool, id)
+	if errors.Is(err, query.ErrNotFound) {
+		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token is not valid")
+	}
+	if err != nil {
+		return domain.Principal{}, domain.Actor{}, "", err
+	}
+	if subtle.ConstantTimeCompare([]byte(hash), []byte(hashSecret(secret))) != 1 {
+		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token is not valid")
+	}
+	if tok.RevokedAt != nil {
+		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token was revoked")
+	}
+	if tok.ExpiresAt != nil && !tok.ExpiresAt.After(a.cfg.Now()) {
+		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token expired")
+	}
+	p, user, err := a.principal(ctx, tok.UserID)
+	if err != nil {
+		return domain.Principal{}, domain.Actor{}, "", err
+	}
+	actor := domain.Actor{Kind: domain.ActorUser, ID: user.ID, Name: user.Email}
+	if !tok.Session {
+		// A token narrows its user's rights to its scopes.
+		p.TokenScopes = tok.Scopes
+		if p.TokenScopes == nil {
+			p.TokenScopes = []domain.Scope{}
+		}
+		actor = domain.Actor{Kind: domain.ActorToken, ID: tok.ID, Name: user.Email + " (token " + tok.Name + ")"}
+	}
+	return p, actor, tok.ID, nil
+}
+
+func (a *API) principal(ctx context.Context, userID string) (domain.Principal, query.User, error) {
+	user, err := query.UserByID(ctx, a.pool, userID)
+	if err != nil {
+		if isNotFound(err) {
+			return domain.Principal{}, user, unauthorized("the token's user no longer exists")
+		}
+		return domain.Principal{}, user, err
+	}
+	roles, err := query.RolesOfUser(ctx, a.pool, userID)
+	if err != nil {
+		return domain.Principal{}, user, err
+	}
+	return domain.Principal{UserID: user.ID, InstanceAdmin: user.InstanceAdmin, Roles: roles}, user, nil
+}

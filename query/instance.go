@@ -1,0 +1,133 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
+)
+
+// InstanceSettings are the settings of the whole installation.
+type InstanceSettings struct {
+	AgentAutoUpgrade bool `json:"agentAutoUpgrade"`
+	// UpdatedAt is nil while the settings were never changed.
+	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
+}
+
+// Settings reads the instance settings. Before anyone changed them there is
+// no row, and the defaults apply: agents upgrade themselves.
+func Settings(ctx context.Context, q eventstore.Querier) (InstanceSettings, error) {
+	var (
+		s  InstanceSettings
+		at time.Time
+	)
+	err := q.QueryRow(ctx, `SELECT agent_auto_upgrade, updated_at FROM instance_settings WHERE id = 1`).Scan(&s.AgentAutoUpgrade, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return InstanceSettings{AgentAutoUpgrade: true}, nil
+	}
+	if err != nil {
+		return InstanceSettings{}, fmt.Errorf("reading the instance settings: %w", err)
+	}
+	s.UpdatedAt = &at
+	return s, nil
+}
+
+// AuditFilter selects audit log entries. Zero fields do not filter.
+type AuditFilter struct {
+	// OrgID limits the entries to one organisation; "" means every
+	// organisation and the instance-wide entries, for the instance administrator.
+	OrgID string
+	// Action matches exactly, or as a prefix when it ends with ".*":
+	// "deployment.*" matches "deployment.requested" and "deployment.failed".
+	Action string
+	// ActorID matches the actor's id exactly.
+	ActorID string
+	// Target matches as a prefix of the target's name, so "acme/shop"
+	// matches everything in that project.
+	Target string
+	// Since is inclusive, Until exclusive.
+	Since, Until *time.Time
+	// After is the cursor: only entries with a seq strictly greater.
+	After int64
+	// Limit is the page size: DefaultLimit when 0 or less, at most MaxLimit.
+	Limit int
+}
+
+// AuditTarget is what an audit entry is about, with the name people read
+// (acme/shop/production/api).
+type AuditTarget struct {
+	Kind string `json:"kind"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// AuditEntry is one entry of the hash-chained audit log.
+type AuditEntry struct {
+	Seq        int64        `json:"seq"`
+	Position   int64        `json:"position"`
+	OrgID      string       `json:"orgId,omitempty"`
+	Actor      domain.Actor `json:"actor"`
+	Action     string       `json:"action"`
+	Target     AuditTarget  `json:"target"`
+	Detail     string       `json:"detail"`
+	OccurredAt time.Time    `json:"occurredAt"`
+	RequestID  string       `json:"requestId"`
+	Hash       string       `json:"hash"`
+}
+
+// Audit returns one page of the audit log in seq order. next is the seq of
+// the last entry when the page is full, to pass as After for the following
+// page, and 0 when the page is not full: there is nothing more to read yet.
+// (A full last page costs one more, empty, request.)
+func Audit(ctx context.Context, q eventstore.Querier, f AuditFilter) (rows []AuditEntry, next int64, err error) {
+	if f.OrgID != "" && !validID(f.OrgID) {
+		return []AuditEntry{}, 0, nil
+	}
+	limit := clampLimit(f.Limit)
+	var w where
+	w.add("seq > %s", f.After)
+	if f.OrgID != "" {
+		w.add("org_id = %s", f.OrgID)
+	}
+	if prefix, ok := strings.CutSuffix(f.Action, ".*"); ok {
+		// starts_with needs no escaping of LIKE's wildcards, which action
+		// names could contain.
+		w.add("starts_with(action, %s)", prefix+".")
+	} else if f.Action != "" {
+		w.add("action = %s", f.Action)
+	}
+	if f.ActorID != "" {
+		w.add("actor_id = %s", f.ActorID)
+	}
+	if f.Target != "" {
+		w.add("starts_with(target, %s)", f.Target)
+	}
+	if f.Since != nil {
+		w.add("occurred_at >= %s", *f.Since)
+	}
+	if f.Until != nil {
+		w.add("occurred_at < %s", *f.Until)
+	}
+	lim := w.next(limit)
+	rows, err = list(ctx, q, "the audit log", func(row pgx.Row) (AuditEntry, error) {
+		var e AuditEntry
+		err := row.Scan(&e.Seq, &e.Position, &e.OrgID, &e.Actor.Kind, &e.Actor.ID, &e.Actor.Name, &e.Action,
+			&e.Target.Kind, &e.Target.ID, &e.Target.Name, &e.Detail, &e.OccurredAt, &e.RequestID, &e.Hash)
+		return e, err
+	}, `SELECT seq, position, coalesce(org_id::text, ''), actor_kind, actor_id, actor_name, action,
+	           target_kind, target_id, target, detail, occurred_at, request_id, hash
+	      FROM audit_log WHERE `+w.sql()+` ORDER BY seq LIMIT `+lim, w.args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(rows) == limit {
+		next = rows[len(rows)-1].Seq
+	}
+	return rows, next, nil
+}

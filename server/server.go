@@ -1,0 +1,289 @@
+// Package server wires the control plane together for `nebula serve`: the
+// database (given, or the managed local PostgreSQL), migrations, the master
+// key, the event store, projections, background jobs and the HTTP server,
+// with a graceful shutdown that lets in-flight requests finish.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/command"
+	"github.com/nebulactrl/nebulactrl/config"
+	"github.com/nebulactrl/nebulactrl/database"
+	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/image"
+	"github.com/nebulactrl/nebulactrl/jobs"
+	"github.com/nebulactrl/nebulactrl/pgcluster"
+	"github.com/nebulactrl/nebulactrl/projections"
+	"github.com/nebulactrl/nebulactrl/seal"
+)
+
+// Options are what the command line adds to the configuration.
+type Options struct {
+	Version string
+	Logger  *slog.Logger
+	// Ready, when set, receives the address the server listens on.
+	Ready func(addr string)
+	// ShutdownTimeout bounds how long in-flight requests may take to finish.
+	ShutdownTimeout time.Duration
+	// JobInterval overrides the interval of the periodic jobs (tests).
+	JobInterval time.Duration
+}
+
+// Run serves until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, cfg config.Config, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opts.ShutdownTimeout == 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	// Listen first: a taken port is the most common start-up problem and
+	// should be reported before anything else is started.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+
+	url := cfg.DatabaseURL
+	var managed *pgcluster.Cluster
+	if url == "" {
+		log.Info("no NEBULACTRL_DATABASE_URL: running the managed PostgreSQL", "data_dir", cfg.DataDir)
+		url, managed, err = database.Managed(ctx, cfg.DataDir, log)
+		if err != nil {
+			return fmt.Errorf("starting the managed PostgreSQL: %w", err)
+		}
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := managed.Stop(stopCtx); err != nil {
+				log.Error("stopping the managed PostgreSQL", "err", err)
+			}
+		}()
+	}
+	pool, err := database.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := database.Migrate(ctx, pool, log); err != nil {
+		return err
+	}
+	key, err := masterKey(ctx, cfg, pool, log)
+	if err != nil {
+		return err
+	}
+
+	store := eventstore.New(pool, log)
+	sealer := seal.New(pool, key, log)
+	cmd, err := command.New(command.Config{Store: store, Logger: log})
+	if err != nil {
+		return err
+	}
+	proj, err := projections.New(projections.Config{Store: store, Keys: sealer, Logger: log})
+	if err != nil {
+		return err
+	}
+	replica := replicaName(cfg)
+	waker := store.NewWaker(replica, projections.ProjectedChannel)
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a, err := api.New(api.Config{
+		Pool: pool, Commands: cmd, Sealer: sealer, Changed: waker.Changed, Logger: log, Version: opts.Version,
+		Images:   image.NewResolver(image.Config{Insecure: cfg.InsecureRegistries}),
+		Registry: registry,
+	})
+	if err != nil {
+		return err
+	}
+	sched, err := jobs.New(jobs.Config{Pool: pool, Replica: replica, Logger: log, Jobs: backgroundJobs(store, pool, opts.JobInterval)})
+	if err != nil {
+		return err
+	}
+
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	for name, run := range map[string]func(context.Context) error{
+		"notifier":    store.RunNotifier,
+		"waker":       waker.Run,
+		"projections": func(ctx context.Context) error { return proj.Run(ctx, waker.Subscribe()) },
+		"jobs":        sched.Run,
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(bg); err != nil && bg.Err() == nil {
+				log.Error("background task stopped", "task", name, "err", err)
+			}
+		}()
+	}
+	defer func() {
+		stopBackground()
+		wg.Wait()
+	}()
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", readyz(pool))
+	mux.Handle("GET /metrics", a.MetricsHandler())
+	mux.Handle("/api/", a.Handler())
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "NebulaCtrl %s\nAPI: %s/api/v1 (OpenAPI: /api/v1/openapi.json)\n", opts.Version, strings.TrimRight(cfg.PublicURL, "/"))
+	})
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if cfg.TLSCert != "" {
+			srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			errc <- srv.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey)
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
+	log.Info("control plane ready", "listen", ln.Addr().String(), "public_url", cfg.PublicURL, "version", opts.Version, "replica", replica)
+	if opts.Ready != nil {
+		opts.Ready(ln.Addr().String())
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving HTTP: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: letting requests in flight finish", "timeout", opts.ShutdownTimeout)
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	return nil
+}
+
+func replicaName(cfg config.Config) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%s", host, strings.ReplaceAll(cfg.Listen, ":", "-"))
+}
+
+// readyz answers 200 when the database answers and every migration is applied.
+func readyz(pool *pgxpool.Pool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "text/plain")
+		if err := pool.Ping(ctx); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("database unreachable\n"))
+			return
+		}
+		pending, err := database.Pending(ctx, pool)
+		if err != nil || pending {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("migrations pending\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	}
+}
+
+// masterKey returns the master key: the configured one, or a new one written
+// to the .env file on a first start. It never makes a new key for a database
+// that already holds sealed values.
+func masterKey(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *slog.Logger) (seal.MasterKey, error) {
+	ids, err := seal.MasterKeyIDs(ctx, pool)
+	if err != nil {
+		return seal.MasterKey{}, err
+	}
+	if cfg.SecretKey == "" {
+		if len(ids) > 0 {
+			return seal.MasterKey{}, fmt.Errorf("%s is not set, and this database holds values sealed with master key %s: set %s to that key (a new key could not open them)",
+				config.EnvSecretKey, strings.Join(ids, ", "), config.EnvSecretKey)
+		}
+		if cfg.EnvFile == "" {
+			return seal.MasterKey{}, fmt.Errorf("%s is not set and there is no .env file to write a new one to", config.EnvSecretKey)
+		}
+		encoded, err := seal.GenerateMasterKey()
+		if err != nil {
+			return seal.MasterKey{}, err
+		}
+		if err := cfg.AppendToEnvFile(config.EnvSecretKey, encoded); err != nil {
+			return seal.MasterKey{}, fmt.Errorf("saving a new master key: %w", err)
+		}
+		key, err := seal.ParseMasterKey(encoded)
+		if err != nil {
+			return seal.MasterKey{}, err
+		}
+		log.Warn("generated a new master key; keep a copy apart from database backups", "file", cfg.EnvFile, "key_id", key.ID())
+		return key, nil
+	}
+	key, err := seal.ParseMasterKey(cfg.SecretKey)
+	if err != nil {
+		return seal.MasterKey{}, fmt.Errorf("%s: %w", config.EnvSecretKey, err)
+	}
+	if len(ids) > 0 && !contains(ids, key.ID()) {
+		log.Error("this database's sealed values were sealed with another master key: they are unreadable, and services that need them are held",
+			"expected_key_ids", ids, "configured_key_id", key.ID())
+	}
+	return key, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func backgroundJobs(store *eventstore.Store, pool *pgxpool.Pool, every time.Duration) []jobs.Job {
+	interval := func(d time.Duration) time.Duration {
+		if every > 0 {
+			return every
+		}
+		return d
+	}
+	exec := func(sql string, args ...any) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := pool.Exec(ctx, sql, args...)
+			return err
+		}
+	}
+	return []jobs.Job{
+		{Name: "prune-outbox", Interval: interval(10 * time.Minute), Run: func(ctx context.Context) error {
+			_, err := store.PruneOutbox(ctx, time.Hour)
+			return err
+		}},
+		{Name: "prune-idempotency-keys", Interval: interval(time.Hour), Run: exec(`DELETE FROM idempotency_keys WHERE created_at < now() - interval '24 hours'`)},
+		{Name: "prune-login-attempts", Interval: interval(time.Hour), Run: exec(`DELETE FROM login_attempts WHERE window_start < now() - interval '1 day'`)},
+		{Name: "prune-job-runs", Interval: interval(24 * time.Hour), Run: exec(`DELETE FROM job_runs WHERE ran_at < now() - interval '7 days'`)},
+	}
+}
+
