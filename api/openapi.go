@@ -151,4 +151,3 @@ func (a *API) serveOpenAPI(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = w.Write(body)
 }
-

@@ -286,4 +286,3 @@ func backgroundJobs(store *eventstore.Store, pool *pgxpool.Pool, every time.Dura
 		{Name: "prune-job-runs", Interval: interval(24 * time.Hour), Run: exec(`DELETE FROM job_runs WHERE ran_at < now() - interval '7 days'`)},
 	}
 }
-
