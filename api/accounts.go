@@ -242,17 +242,24 @@ func (a *API) login(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(req.Password)) != nil {
 		return 0, nil, unauthorized("wrong e-mail address or password")
 	}
+	user, err := query.UserByID(ctx, a.pool, userID)
+	if err != nil {
+		return 0, nil, err
+	}
+	// A session acts with the user's roles; its scopes only record them.
+	scopes := make([]domain.Scope, 0, len(domain.Scopes))
+	for _, s := range domain.Scopes {
+		if s != domain.ScopeInstanceAdmin || user.InstanceAdmin {
+			scopes = append(scopes, s)
+		}
+	}
 	expires := a.cfg.Now().Add(a.cfg.SessionTTL).UTC().Truncate(time.Second)
 	cc := command.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: userID, Name: email}, Person: userID, RequestID: requestID(ctx)}
-	tok, res, err := a.issueToken(ctx, cc, userID, "session:console", domain.Scopes, &expires)
+	tok, res, err := a.issueToken(ctx, cc, userID, query.SessionPrefix+"console", scopes, &expires)
 	if err != nil {
 		return 0, nil, err
 	}
 	if err := a.settle(ctx, res); err != nil {
-		return 0, nil, err
-	}
-	user, err := query.UserByID(ctx, a.pool, userID)
-	if err != nil {
 		return 0, nil, err
 	}
 	return http.StatusCreated, SessionResponse{Token: tok, ExpiresAt: expires, User: user}, nil

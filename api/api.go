@@ -125,11 +125,18 @@ func New(cfg Config) (*API, error) {
 // Handler serves the API, with request ids.
 func (a *API) Handler() http.Handler { return withRequestID(a.mux) }
 
-// Routes lists method and path of every route, for tests and the OpenAPI document.
-func (a *API) Routes() [][2]string {
-	out := make([][2]string, 0, len(a.routes)+1)
+// RouteInfo describes a route: for tests of access control and of the document.
+type RouteInfo struct {
+	Method, Path string
+	Scope        domain.Scope
+	Public       bool
+}
+
+// Routes lists every route.
+func (a *API) Routes() []RouteInfo {
+	out := make([]RouteInfo, 0, len(a.routes))
 	for _, r := range a.routes {
-		out = append(out, [2]string{r.method, r.path})
+		out = append(out, RouteInfo{Method: r.method, Path: r.path, Scope: r.scope, Public: r.public})
 	}
 	return out
 }

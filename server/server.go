@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	replica := replicaName(cfg)
+	replica := replicaName(ln.Addr().String())
 	waker := store.NewWaker(replica, projections.ProjectedChannel)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -187,9 +187,11 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	return nil
 }
 
-func replicaName(cfg config.Config) string {
+// replicaName names this process among the replicas: stable across restarts
+// of one replica (its watermill consumer group), distinct between replicas.
+func replicaName(addr string) string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%s", host, strings.ReplaceAll(cfg.Listen, ":", "-"))
+	return host + "/" + addr
 }
 
 // readyz answers 200 when the database answers and every migration is applied.

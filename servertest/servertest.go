@@ -1,0 +1,108 @@
+// Package servertest starts a whole control plane (server.Run, as `nebula
+// serve` runs it) for a test, on its own fresh PostgreSQL database and a free
+// port, and stops it when the test ends.
+package servertest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nebulactrl/nebulactrl/config"
+	"github.com/nebulactrl/nebulactrl/pgtest"
+	"github.com/nebulactrl/nebulactrl/seal"
+	"github.com/nebulactrl/nebulactrl/server"
+)
+
+// Server is a running control plane.
+type Server struct {
+	URL         string
+	DatabaseURL string
+	SecretKey   string
+	stop        func()
+}
+
+// Options tune the server.
+type Options struct {
+	// DatabaseURL shares a database (a second replica); a fresh one otherwise.
+	DatabaseURL string
+	SecretKey   string
+	Insecure    []string
+	JobInterval time.Duration
+}
+
+// Start starts a control plane for t.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	if opts.DatabaseURL == "" {
+		opts.DatabaseURL = pgtest.URL(t)
+	}
+	if opts.SecretKey == "" {
+		k, err := seal.GenerateMasterKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.SecretKey = k
+	}
+	cfg := config.Config{
+		DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey, Listen: "127.0.0.1:0", LogLevel: "warn",
+		PublicURL: "http://127.0.0.1", InsecureRegistries: opts.Insecure,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		done <- server.Run(ctx, cfg, server.Options{Version: "test", Logger: logger, Ready: func(addr string) { ready <- addr }, JobInterval: opts.JobInterval})
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("servertest: the control plane did not start: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("servertest: the control plane did not start within 60 s")
+	}
+	s := &Server{URL: "http://" + addr, DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey}
+	s.stop = func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("servertest: the control plane did not stop within 30 s")
+		}
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+// Setup creates the first user and organisation and returns the user's token.
+func (s *Server) Setup(t testing.TB, email, org string) string {
+	t.Helper()
+	body := fmt.Sprintf(`{"email":%q,"password":"correct horse battery staple","organisation":%q}`, email, org)
+	resp, err := http.Post(s.URL+"/api/v1/setup", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("servertest: setup: %d %s", resp.StatusCode, b)
+	}
+	var out struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Token
+}
