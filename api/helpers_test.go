@@ -15,6 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/pgtest"
@@ -128,3 +129,5 @@ func (c *client) validate(req *http.Request, reqBody []byte, resp *http.Response
 func esc(s string) string { return url.PathEscape(s) }
 
 func join(parts ...string) string { return strings.Join(parts, "/") }
+
+func pgxConnect(url string) (*pgx.Conn, error) { return pgx.Connect(context.Background(), url) }

@@ -106,12 +106,8 @@ func (a *API) OpenAPI() (*openapi3.T, error) {
 	return doc, nil
 }
 
-func errorStatuses(rt route) []int {
-	out := []int{400, 404, 409, 413, 422, 429, 500, 503}
-	if !rt.public {
-		out = append(out, 401, 403)
-	}
-	return out
+func errorStatuses(route) []int {
+	return []int{400, 401, 403, 404, 409, 413, 422, 429, 500, 503}
 }
 
 func operationID(rt route) string {

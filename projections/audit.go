@@ -55,9 +55,6 @@ func (r AuditRow) ComputeHash() string {
 type audit struct {
 	t     *table
 	names map[string]string
-	seq   int64
-	head  string
-	ready bool
 }
 
 func newAudit() *audit {
@@ -73,12 +70,13 @@ func (a *audit) Name() string     { return "audit-log" }
 func (a *audit) Tables() []string { return []string{a.t.name} }
 
 func (a *audit) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
-	if !a.ready {
-		err := tx.QueryRow(ctx, `SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`).Scan(&a.seq, &a.head)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("reading the audit chain head: %w", err)
-		}
-		a.ready = true
+	// The chain head is read for every batch: another replica may have
+	// handled the batches before this one.
+	var seq int64
+	var head string
+	err := tx.QueryRow(ctx, `SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1`).Scan(&seq, &head)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("reading the audit chain head: %w", err)
 	}
 	entries := make([]domain.AuditEntry, len(batch))
 	want := map[string][]string{}
@@ -93,9 +91,6 @@ func (a *audit) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
 	if err := a.resolve(ctx, tx, want); err != nil {
 		return err
 	}
-	// The head advances only when the batch commits: on failure the whole
-	// transaction rolls back, and so must this state.
-	seq, head := a.seq, a.head
 	for i, e := range batch {
 		en := entries[i]
 		seq++
@@ -110,16 +105,8 @@ func (a *audit) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
 		a.t.upsert(row.Position, row.Seq, nullable(row.OrgID), row.ActorKind, row.ActorID, row.ActorName, row.Action,
 			row.TargetKind, row.TargetID, row.Target, row.Detail, row.OccurredAt, row.RequestID, row.PrevHash, row.Hash)
 	}
-	if err := flush(ctx, tx, a.t); err != nil {
-		return err
-	}
-	a.seq, a.head = seq, head
-	return nil
+	return flush(ctx, tx, a.t)
 }
-
-// forget drops in-memory state after a failed batch, so the next batch reads
-// the chain head again.
-func (a *audit) forget() { a.ready = false }
 
 // targetsOf lists the (kind, id) names an audit entry needs.
 func targetsOf(en domain.AuditEntry) map[string]string {

@@ -56,7 +56,6 @@ func (c Config) Validate() error {
 type Projections struct {
 	cfg   Config
 	procs []projector
-	audit *audit
 }
 
 // New returns the projections.
@@ -74,20 +73,19 @@ func New(cfg Config) (*Projections, error) {
 		cfg.BatchSize = 5000
 	}
 	p := &Projections{cfg: cfg}
-	p.procs, p.audit = newProjectors()
+	p.procs = newProjectors()
 	return p, nil
 }
 
 // newProjectors returns a fresh set of projectors in the order they must run:
 // the audit log resolves names from the read models and the history.
-func newProjectors() ([]projector, *audit) {
-	a := newAudit()
-	return []projector{newReadModels(), newHistory(), newRevisions(), a}, a
+func newProjectors() []projector {
+	return []projector{newReadModels(), newHistory(), newRevisions(), newAudit()}
 }
 
 // Tables lists every projection table, by projector name.
 func Tables() map[string][]string {
-	procs, _ := newProjectors()
+	procs := newProjectors()
 	out := map[string][]string{}
 	for _, p := range procs {
 		out[p.Name()] = p.Tables()
@@ -132,18 +130,15 @@ func (p *Projections) handle(ctx context.Context, tx pgx.Tx, events []eventstore
 		return err
 	}
 	if err := project(ctx, tx, p.procs, batch); err != nil {
-		p.audit.forget()
 		return err
 	}
 	// A recorded revision is an appended event: its NOTIFY goes out when
 	// this transaction commits, which is what wakes the agents' hub.
 	if err := p.compileAffected(ctx, tx, batch); err != nil {
-		p.audit.forget()
 		return err
 	}
 	// Readers waiting to see their own writes wake when this batch commits.
 	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, ProjectedChannel); err != nil {
-		p.audit.forget()
 		return err
 	}
 	return nil

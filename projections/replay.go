@@ -121,7 +121,7 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, batchSize int) (int64, err
 }
 
 func rebuild(ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx, upTo eventstore.Cursor, batchSize int) ([]projector, error) {
-	procs, _ := newProjectors()
+	procs := newProjectors()
 	var live string
 	if err := tx.QueryRow(ctx, `SELECT current_schema()`).Scan(&live); err != nil {
 		return nil, err

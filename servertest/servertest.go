@@ -9,9 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +28,11 @@ type Server struct {
 	DatabaseURL string
 	SecretKey   string
 	stop        func()
+	once        sync.Once
 }
+
+// Stop shuts the control plane down (it also stops when the test ends).
+func (s *Server) Stop() { s.once.Do(s.stop) }
 
 // Options tune the server.
 type Options struct {
@@ -81,7 +86,7 @@ func Start(t testing.TB, opts Options) *Server {
 			t.Error("servertest: the control plane did not stop within 30 s")
 		}
 	}
-	t.Cleanup(s.stop)
+	t.Cleanup(s.Stop)
 	return s
 }
 
