@@ -64,15 +64,16 @@ func IsStatus(err error, status int) bool {
 
 // Client calls one control plane with one token. It is safe for concurrent use.
 type Client struct {
-	base       string // scheme://host[:port][/prefix], no trailing slash
-	token      string
-	http       *http.Client
-	userAgent  string
-	maxBody    int64
-	retries    int
-	backoff    time.Duration
-	timeout    time.Duration
-	httpClient *http.Client
+	base      string // scheme://host[:port][/prefix], no trailing slash
+	token     string
+	http      *http.Client
+	userAgent string
+	maxBody   int64
+	retries   int
+	backoff   time.Duration
+	timeout   time.Duration
+	// custom is the caller's *http.Client, from WithHTTPClient.
+	custom *http.Client
 }
 
 // Option tunes a Client.
@@ -91,7 +92,7 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 
 // WithHTTPClient sends the requests through h's transport (its Timeout is
 // replaced by the client's).
-func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.httpClient = h } }
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.custom = h } }
 
 // WithMaxResponseBytes bounds the response bodies read.
 func WithMaxResponseBytes(n int64) Option { return func(c *Client) { c.maxBody = n } }
@@ -119,8 +120,8 @@ func New(baseURL, token string, opts ...Option) (*Client, error) {
 		o(c)
 	}
 	h := &http.Client{}
-	if c.httpClient != nil {
-		copied := *c.httpClient
+	if c.custom != nil {
+		copied := *c.custom
 		h = &copied
 	}
 	h.Timeout = c.timeout

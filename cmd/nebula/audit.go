@@ -54,8 +54,10 @@ func operatorDB(c *cli.Context) (*pgxpool.Pool, func(), error) {
 
 func auditCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "audit",
-		Usage: "read and check the audit log",
+		Name:   "audit",
+		Usage:  "read the audit log through the API, or check it on the database (replay, verify, state)",
+		Flags:  auditLogFlags(),
+		Action: auditLogAction,
 		Subcommands: []*cli.Command{
 			{
 				Name:  "replay",

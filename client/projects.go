@@ -1,0 +1,279 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/projections"
+	"github.com/nebulactrl/nebulactrl/query"
+)
+
+func projectPath(org, project string) string {
+	return path("/api/v1/orgs/%s/projects/%s", org, project)
+}
+
+func envPath(org, project, env string) string {
+	return projectPath(org, project) + path("/environments/%s", env)
+}
+
+// levelPath is an environment's path, or a service's in it when service is not "".
+func levelPath(org, project, env, service string) string {
+	p := envPath(org, project, env)
+	if service != "" {
+		p += path("/services/%s", service)
+	}
+	return p
+}
+
+// Projects lists an organisation's projects.
+func (c *Client) Projects(ctx context.Context, org string) ([]query.Project, error) {
+	var out []query.Project
+	_, err := c.call(ctx, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/projects", org)}, &out)
+	return out, err
+}
+
+// CreateProject creates a project.
+func (c *Client) CreateProject(ctx context.Context, org, name string) (query.Project, error) {
+	var out query.Project
+	_, err := c.call(ctx, request{method: http.MethodPost, path: path("/api/v1/orgs/%s/projects", org),
+		in: api.CreateProjectRequest{Name: name}, creating: true}, &out)
+	return out, err
+}
+
+// Project reads a project.
+func (c *Client) Project(ctx context.Context, org, project string) (query.Project, error) {
+	var out query.Project
+	_, err := c.call(ctx, request{method: http.MethodGet, path: projectPath(org, project)}, &out)
+	return out, err
+}
+
+// DeleteProject deletes a project.
+func (c *Client) DeleteProject(ctx context.Context, org, project string) error {
+	_, err := c.call(ctx, request{method: http.MethodDelete, path: projectPath(org, project)}, nil)
+	return err
+}
+
+// Environments lists a project's environments.
+func (c *Client) Environments(ctx context.Context, org, project string) ([]query.Environment, error) {
+	var out []query.Environment
+	_, err := c.call(ctx, request{method: http.MethodGet, path: projectPath(org, project) + "/environments"}, &out)
+	return out, err
+}
+
+// CreateEnvironment creates an environment on a cluster of the organisation.
+func (c *Client) CreateEnvironment(ctx context.Context, org, project string, req api.CreateEnvironmentRequest) (query.Environment, error) {
+	var out query.Environment
+	_, err := c.call(ctx, request{method: http.MethodPost, path: projectPath(org, project) + "/environments", in: req, creating: true}, &out)
+	return out, err
+}
+
+// Environment reads an environment.
+func (c *Client) Environment(ctx context.Context, org, project, env string) (query.Environment, error) {
+	var out query.Environment
+	_, err := c.call(ctx, request{method: http.MethodGet, path: envPath(org, project, env)}, &out)
+	return out, err
+}
+
+// UpdateEnvironment changes an environment's cluster or protection.
+func (c *Client) UpdateEnvironment(ctx context.Context, org, project, env string, req api.UpdateEnvironmentRequest) (query.Environment, error) {
+	var out query.Environment
+	_, err := c.call(ctx, request{method: http.MethodPatch, path: envPath(org, project, env), in: req}, &out)
+	return out, err
+}
+
+// DeleteEnvironment deletes an environment.
+func (c *Client) DeleteEnvironment(ctx context.Context, org, project, env string) error {
+	_, err := c.call(ctx, request{method: http.MethodDelete, path: envPath(org, project, env)}, nil)
+	return err
+}
+
+// Services lists a project's services.
+func (c *Client) Services(ctx context.Context, org, project string) ([]query.Service, error) {
+	var out []query.Service
+	_, err := c.call(ctx, request{method: http.MethodGet, path: projectPath(org, project) + "/services"}, &out)
+	return out, err
+}
+
+// CreateService creates a service from an image or a Git branch.
+func (c *Client) CreateService(ctx context.Context, org, project string, req api.ServiceRequest) (query.Service, error) {
+	var out query.Service
+	_, err := c.call(ctx, request{method: http.MethodPost, path: projectPath(org, project) + "/services", in: req, creating: true}, &out)
+	return out, err
+}
+
+// Service reads a service.
+func (c *Client) Service(ctx context.Context, org, project, service string) (query.Service, error) {
+	var out query.Service
+	_, err := c.call(ctx, request{method: http.MethodGet, path: projectPath(org, project) + path("/services/%s", service)}, &out)
+	return out, err
+}
+
+// UpdateService changes a service's source or processes; absent fields stay.
+func (c *Client) UpdateService(ctx context.Context, org, project, service string, req api.ServiceRequest) (query.Service, error) {
+	var out query.Service
+	_, err := c.call(ctx, request{method: http.MethodPatch, path: projectPath(org, project) + path("/services/%s", service), in: req}, &out)
+	return out, err
+}
+
+// DeleteService deletes a service everywhere.
+func (c *Client) DeleteService(ctx context.Context, org, project, service string) error {
+	_, err := c.call(ctx, request{method: http.MethodDelete, path: projectPath(org, project) + path("/services/%s", service)}, nil)
+	return err
+}
+
+// Variables lists the environment-wide variables (service "") or the ones a
+// service sees in the environment, environment-wide ones merged. Secret
+// values are never returned.
+func (c *Client) Variables(ctx context.Context, org, project, env, service string) ([]query.Variable, error) {
+	var out []query.Variable
+	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/variables"}, &out)
+	return out, err
+}
+
+// SetVariables sets environment-wide variables (service "") or a service's.
+// In a protected environment the answer carries the change set that waits
+// for approval instead.
+func (c *Client) SetVariables(ctx context.Context, org, project, env, service string, vars []api.VariableInput) (api.VariablesResponse, error) {
+	var out api.VariablesResponse
+	_, err := c.call(ctx, request{method: http.MethodPut, path: levelPath(org, project, env, service) + "/variables",
+		in: api.SetVariablesRequest{Variables: vars}}, &out)
+	return out, err
+}
+
+// UnsetVariable unsets an environment-wide variable (service "") or a service's.
+func (c *Client) UnsetVariable(ctx context.Context, org, project, env, service, name string) (api.VariablesResponse, error) {
+	var out api.VariablesResponse
+	_, err := c.call(ctx, request{method: http.MethodDelete, path: levelPath(org, project, env, service) + path("/variables/%s", name)}, &out)
+	return out, err
+}
+
+// Domains lists the domains of an environment (service "") or of a service in it.
+func (c *Client) Domains(ctx context.Context, org, project, env, service string) ([]query.Domain, error) {
+	var out []query.Domain
+	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/domains"}, &out)
+	return out, err
+}
+
+// DomainResult is the domain routed, or, in a protected environment, the
+// change set that waits for approval.
+type DomainResult struct {
+	Domain    *query.Domain
+	ChangeSet *query.ChangeSet
+}
+
+// AddDomain routes a host name to a service.
+func (c *Client) AddDomain(ctx context.Context, org, project, env, service, host string) (DomainResult, error) {
+	var raw json.RawMessage
+	status, err := c.call(ctx, request{method: http.MethodPost, path: levelPath(org, project, env, service) + "/domains",
+		in: api.AddDomainRequest{Host: host}, creating: true}, &raw)
+	if err != nil {
+		return DomainResult{}, err
+	}
+	if status == http.StatusAccepted {
+		var cs query.ChangeSet
+		return DomainResult{ChangeSet: &cs}, json.Unmarshal(raw, &cs)
+	}
+	var d query.Domain
+	return DomainResult{Domain: &d}, json.Unmarshal(raw, &d)
+}
+
+// RemoveDomain stops routing a host name; in a protected environment it
+// returns the change set that waits for approval, else nil.
+func (c *Client) RemoveDomain(ctx context.Context, org, project, env, service, host string) (*query.ChangeSet, error) {
+	var raw json.RawMessage
+	status, err := c.call(ctx, request{method: http.MethodDelete, path: levelPath(org, project, env, service) + path("/domains/%s", host)}, &raw)
+	if err != nil || status != http.StatusAccepted {
+		return nil, err
+	}
+	var cs query.ChangeSet
+	return &cs, json.Unmarshal(raw, &cs)
+}
+
+// Deploy deploys an image (its tag resolved to a digest by the control
+// plane) as a new release, or the service's own image when image is "".
+func (c *Client) Deploy(ctx context.Context, org, project, env, service, image string) (api.DeployResponse, error) {
+	var out api.DeployResponse
+	_, err := c.call(ctx, request{method: http.MethodPost, path: levelPath(org, project, env, service) + "/deployments",
+		in: api.DeployRequest{Image: image}, creating: true}, &out)
+	return out, err
+}
+
+// Rollback deploys an earlier release again.
+func (c *Client) Rollback(ctx context.Context, org, project, env, service string, release int) (api.DeployResponse, error) {
+	var out api.DeployResponse
+	_, err := c.call(ctx, request{method: http.MethodPost, path: levelPath(org, project, env, service) + "/rollback",
+		in: api.RollbackRequest{Release: release}, creating: true}, &out)
+	return out, err
+}
+
+// Deployments lists a service's deployments in an environment, newest
+// first; limit 0 means the API's default.
+func (c *Client) Deployments(ctx context.Context, org, project, env, service string, limit int) ([]query.Deployment, error) {
+	var q url.Values
+	if limit > 0 {
+		q = url.Values{"limit": {strconv.Itoa(limit)}}
+	}
+	var out []query.Deployment
+	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/deployments", query: q}, &out)
+	return out, err
+}
+
+// Releases lists a service's release history in an environment, newest first.
+func (c *Client) Releases(ctx context.Context, org, project, env, service string) ([]query.Release, error) {
+	var out []query.Release
+	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/releases"}, &out)
+	return out, err
+}
+
+// StateQuery picks a revision of the desired state: the latest when zero.
+type StateQuery struct {
+	Revision int
+	At       time.Time
+}
+
+// State reads an environment's desired state.
+func (c *Client) State(ctx context.Context, org, project, env string, q StateQuery) (projections.Revision, error) {
+	v := url.Values{}
+	if q.Revision > 0 {
+		v.Set("revision", strconv.Itoa(q.Revision))
+	}
+	if !q.At.IsZero() {
+		v.Set("at", q.At.UTC().Format(time.RFC3339))
+	}
+	var out projections.Revision
+	_, err := c.call(ctx, request{method: http.MethodGet, path: envPath(org, project, env) + "/state", query: v}, &out)
+	return out, err
+}
+
+// ChangeSets lists an environment's change sets, newest first; status
+// ("open", "approved", "rejected") filters unless it is "".
+func (c *Client) ChangeSets(ctx context.Context, org, project, env, status string) ([]query.ChangeSet, error) {
+	var q url.Values
+	if status != "" {
+		q = url.Values{"status": {status}}
+	}
+	var out []query.ChangeSet
+	_, err := c.call(ctx, request{method: http.MethodGet, path: envPath(org, project, env) + "/changesets", query: q}, &out)
+	return out, err
+}
+
+// ApproveChangeSet approves and applies a change set someone else opened.
+func (c *Client) ApproveChangeSet(ctx context.Context, org, project, env, id string) (query.ChangeSet, error) {
+	var out query.ChangeSet
+	_, err := c.call(ctx, request{method: http.MethodPost, path: envPath(org, project, env) + path("/changesets/%s/approve", id),
+		in: api.ChangeSetDecision{}}, &out)
+	return out, err
+}
+
+// RejectChangeSet rejects a change set.
+func (c *Client) RejectChangeSet(ctx context.Context, org, project, env, id, reason string) (query.ChangeSet, error) {
+	var out query.ChangeSet
+	_, err := c.call(ctx, request{method: http.MethodPost, path: envPath(org, project, env) + path("/changesets/%s/reject", id),
+		in: api.ChangeSetDecision{Reason: reason}}, &out)
+	return out, err
+}

@@ -1,0 +1,595 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/client"
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/query"
+)
+
+// maxSecretBytes bounds a secret read from stdin: the API's limit of a
+// variable's value.
+const maxSecretBytes = 64 << 10
+
+func projectCommand() *cli.Command {
+	return group("project", "create, list and delete projects",
+		spec{
+			name: "create", usage: "create a project", argsUsage: shapeProject,
+			description: `Creates a project in an organisation.
+
+Example:
+   nebula project create acme/shop`,
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeProject)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var p query.Project
+				return x.read(func(ctx context.Context) (err error) { p, err = cl.CreateProject(ctx, a.Org, a.Project); return }, func() error {
+					x.printf("Created project %s/%s.\n", a.Org, p.Name)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "list", usage: "list the projects of an organisation", argsUsage: shapeOrg,
+			description: `Lists the projects of an organisation.
+
+Example:
+   nebula project list acme`,
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeOrg)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var ps []query.Project
+				return x.read(func(ctx context.Context) (err error) { ps, err = cl.Projects(ctx, a.Org); return }, func() error {
+					var rows [][]string
+					for _, p := range ps {
+						rows = append(rows, []string{p.Name, when(p.CreatedAt)})
+					}
+					x.table("NAME\tCREATED", rows)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "delete", usage: "delete a project with its environments and services", argsUsage: shapeProject,
+			description: `Deletes a project, its environments and its services.
+
+Example:
+   nebula project delete acme/shop`,
+			nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeProject)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				if err := cl.DeleteProject(x.Context.Context, a.Org, a.Project); err != nil {
+					return err
+				}
+				x.printf("Deleted project %s.\n", a)
+				return nil
+			},
+		}.command(),
+	)
+}
+
+func envCommand() *cli.Command {
+	return group("env", "create, list and delete environments",
+		spec{
+			name: "create", usage: "create an environment on a cluster", argsUsage: shapeEnv,
+			description: `Creates an environment of a project on a cluster of the organisation. In a
+protected environment every change waits in a change set until someone else
+approves it.
+
+Example:
+   nebula env create acme/shop/production --cluster eu-1 --protected`,
+			flags: []cli.Flag{
+				&cli.StringFlag{Name: "cluster", Usage: "the cluster the environment runs on (required)"},
+				&cli.BoolFlag{Name: "protected", Usage: "changes wait for someone else's approval"},
+			},
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeEnv)
+				if err != nil {
+					return err
+				}
+				if x.String("cluster") == "" {
+					return errors.New("give the cluster the environment runs on: --cluster CLUSTER (nebula cluster list " + a.Org + ")")
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var e query.Environment
+				return x.read(func(ctx context.Context) (err error) {
+					e, err = cl.CreateEnvironment(ctx, a.Org, a.Project, api.CreateEnvironmentRequest{Name: a.Env, Cluster: x.String("cluster"), Protected: x.Bool("protected")})
+					return
+				}, func() error {
+					prot := ""
+					if e.Protected {
+						prot = " (protected: changes wait for approval)"
+					}
+					x.printf("Created environment %s on cluster %s%s.\n", a, e.ClusterName, prot)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "list", usage: "list the environments of a project", argsUsage: shapeProject,
+			description: `Lists the environments of a project with their clusters.
+
+Example:
+   nebula env list acme/shop`,
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeProject)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var es []query.Environment
+				return x.read(func(ctx context.Context) (err error) { es, err = cl.Environments(ctx, a.Org, a.Project); return }, func() error {
+					var rows [][]string
+					for _, e := range es {
+						rows = append(rows, []string{e.Name, cell(e.ClusterName), yesNo(e.Protected), when(e.CreatedAt)})
+					}
+					x.table("NAME\tCLUSTER\tPROTECTED\tCREATED", rows)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "delete", usage: "delete an environment", argsUsage: shapeEnv,
+			description: `Deletes an environment; what runs for it is removed from its cluster.
+
+Example:
+   nebula env delete acme/shop/staging`,
+			nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeEnv)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				if err := cl.DeleteEnvironment(x.Context.Context, a.Org, a.Project, a.Env); err != nil {
+					return err
+				}
+				x.printf("Deleted environment %s.\n", a)
+				return nil
+			},
+		}.command(),
+	)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func serviceCommand() *cli.Command {
+	return group("service", "create, list and delete services",
+		spec{
+			name: "create", usage: "create a service from an image or a Git branch", argsUsage: shapeService,
+			description: `Creates a service of a project, in every environment of it. It runs one "web"
+process with --port and --replicas. Deploy it with nebula deploy.
+
+Example:
+   nebula service create acme/shop/api --image ghcr.io/acme/api:1.4 --port 8080 --replicas 2
+   nebula service create acme/shop/web --git https://github.com/acme/web --branch main`,
+			flags: []cli.Flag{
+				&cli.StringFlag{Name: "image", Usage: "the image to run (a tag is pinned to its digest when deployed)"},
+				&cli.StringFlag{Name: "git", Usage: "the Git repository to build from"},
+				&cli.StringFlag{Name: "branch", Usage: "the branch of --git"},
+				&cli.IntFlag{Name: "port", Usage: "the port the web process listens on"},
+				&cli.IntFlag{Name: "replicas", Usage: "how many web processes run (default 1)"},
+			},
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeService)
+				if err != nil {
+					return err
+				}
+				req := api.ServiceRequest{Name: a.Service, Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
+				switch {
+				case req.Image != "" && req.GitURL != "":
+					return errors.New("give either --image or --git, not both")
+				case req.Image == "" && req.GitURL == "":
+					return errors.New("give the service's source: --image IMAGE, or --git URL --branch BRANCH")
+				case req.GitURL != "" && req.GitBranch == "":
+					return errors.New("--git needs --branch")
+				case req.Image != "" && req.GitBranch != "":
+					return errors.New("--branch goes with --git, not --image")
+				}
+				if x.IsSet("port") {
+					p := x.Int("port")
+					req.Port = &p
+				}
+				if x.IsSet("replicas") {
+					r := x.Int("replicas")
+					req.Replicas = &r
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var s query.Service
+				return x.read(func(ctx context.Context) (err error) { s, err = cl.CreateService(ctx, a.Org, a.Project, req); return }, func() error {
+					x.printf("Created service %s (%s).\n", a, source(s.Source))
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "list", usage: "list the services of a project", argsUsage: shapeProject,
+			description: `Lists the services of a project with their source and processes.
+
+Example:
+   nebula service list acme/shop`,
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeProject)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var ss []query.Service
+				return x.read(func(ctx context.Context) (err error) { ss, err = cl.Services(ctx, a.Org, a.Project); return }, func() error {
+					var rows [][]string
+					for _, s := range ss {
+						rows = append(rows, []string{s.Name, source(s.Source), processes(s.Processes), when(s.CreatedAt)})
+					}
+					x.table("NAME\tSOURCE\tPROCESSES\tCREATED", rows)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "delete", usage: "delete a service everywhere", argsUsage: shapeService,
+			description: `Deletes a service from every environment of its project; services whose
+variables reference it are held until the references are fixed.
+
+Example:
+   nebula service delete acme/shop/worker`,
+			nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeService)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				if err := cl.DeleteService(x.Context.Context, a.Org, a.Project, a.Service); err != nil {
+					return err
+				}
+				x.printf("Deleted service %s.\n", a)
+				return nil
+			},
+		}.command(),
+	)
+}
+
+func source(s domain.Source) string {
+	if s.Image != "" {
+		return s.Image
+	}
+	if s.GitURL != "" {
+		return s.GitURL + "#" + s.GitBranch
+	}
+	return "-"
+}
+
+func processes(ps []domain.Process) string {
+	var out []string
+	for _, p := range ps {
+		s := p.Name
+		if p.Port > 0 {
+			s += ":" + strconv.Itoa(p.Port)
+		}
+		s += fmt.Sprintf(" x%d", p.Replicas)
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ",")
+}
+
+// changeSetNote tells that a change waits in a change set.
+func (x *cmdCtx) changeSetNote(a address, cs *query.ChangeSet) {
+	env := address{Org: a.Org, Project: a.Project, Env: a.Env}
+	x.printf("%s is protected: the change waits in change set %s for someone else's approval:\n\n    nebula changeset approve %s %s\n",
+		env, cs.ID, env, cs.ID)
+}
+
+func varCommand() *cli.Command {
+	return group("var", "set, list and unset configuration variables",
+		spec{
+			name: "set", usage: "set variables of an environment or of a service in it", argsUsage: shapeEnvOrTarget + " KEY=VALUE...",
+			description: `Sets variables environment-wide (ORG/PROJECT/ENV) or for one service
+(ORG/PROJECT/ENV/SERVICE). A value may reference another service's variable in
+the same environment: ${{ db.HOST }}. With --secret the values are sealed and
+never shown again; give a single KEY without =VALUE and the value is read from
+stdin (asked for without echo on a terminal), so it appears in neither the
+shell history nor the process list.
+
+Example:
+   nebula var set acme/shop/production/api LOG_LEVEL=info 'DB_HOST=${{ db.HOST }}'
+   nebula var set acme/shop/production/api --secret STRIPE_KEY < stripe.key`,
+			flags: []cli.Flag{&cli.BoolFlag{Name: "secret", Usage: "the values are secrets: sealed, never shown"}},
+			json:  true, nargs: -1,
+			run: func(x *cmdCtx) error {
+				if len(x.args) < 2 {
+					return fmt.Errorf("want %s KEY=VALUE..., got %d argument(s)", shapeEnvOrTarget, len(x.args))
+				}
+				a, err := x.address(0, shapeEnvOrTarget)
+				if err != nil {
+					return err
+				}
+				secret := x.Bool("secret")
+				var vars []api.VariableInput
+				kvs := x.args[1:]
+				if k := kvs[0]; secret && len(kvs) == 1 && !strings.Contains(k, "=") {
+					v, err := x.secretValue(k)
+					if err != nil {
+						return err
+					}
+					vars = append(vars, api.VariableInput{Name: k, Value: v, Secret: true})
+				} else {
+					for _, kv := range kvs {
+						k, v, ok := strings.Cut(kv, "=")
+						if !ok {
+							hint := ""
+							if len(kvs) == 1 {
+								hint = " (to read a secret's value from stdin: --secret " + kv + ")"
+							}
+							return fmt.Errorf("want KEY=VALUE, got %q%s", kv, hint)
+						}
+						vars = append(vars, api.VariableInput{Name: k, Value: v, Secret: secret})
+					}
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var res api.VariablesResponse
+				return x.read(func(ctx context.Context) (err error) {
+					res, err = cl.SetVariables(ctx, a.Org, a.Project, a.Env, a.Service, vars)
+					return
+				}, func() error {
+					if res.ChangeSet != nil {
+						x.changeSetNote(a, res.ChangeSet)
+						return nil
+					}
+					names := make([]string, len(vars))
+					for i, v := range vars {
+						names[i] = v.Name
+						if v.Secret {
+							names[i] += " (secret)"
+						}
+					}
+					x.printf("Set %s on %s.\n", strings.Join(names, ", "), a)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "list", usage: "list variables (secret values are never shown)", argsUsage: shapeEnvOrTarget,
+			description: `Lists the environment-wide variables, or those a service sees (its own over
+the environment-wide ones; SCOPE tells which). Secret values are never shown.
+
+Example:
+   nebula var list acme/shop/production/api`,
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeEnvOrTarget)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var vs []query.Variable
+				return x.read(func(ctx context.Context) (err error) {
+					vs, err = cl.Variables(ctx, a.Org, a.Project, a.Env, a.Service)
+					return
+				}, func() error {
+					var rows [][]string
+					for _, v := range vs {
+						value := cell(v.Value)
+						if v.Secret {
+							value = "(secret)"
+						}
+						rows = append(rows, []string{v.Name, value, v.Scope, when(v.UpdatedAt)})
+					}
+					x.table("NAME\tVALUE\tSCOPE\tUPDATED", rows)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "unset", usage: "unset variables", argsUsage: shapeEnvOrTarget + " KEY...",
+			description: `Unsets variables environment-wide or of one service.
+
+Example:
+   nebula var unset acme/shop/production/api LOG_LEVEL DEBUG`,
+			nargs: -1,
+			run: func(x *cmdCtx) error {
+				if len(x.args) < 2 {
+					return fmt.Errorf("want %s KEY..., got %d argument(s)", shapeEnvOrTarget, len(x.args))
+				}
+				a, err := x.address(0, shapeEnvOrTarget)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				for _, k := range x.args[1:] {
+					res, err := cl.UnsetVariable(x.Context.Context, a.Org, a.Project, a.Env, a.Service, k)
+					if err != nil {
+						return fmt.Errorf("unsetting %s: %w", k, err)
+					}
+					if res.ChangeSet != nil {
+						x.changeSetNote(a, res.ChangeSet)
+					} else {
+						x.printf("Unset %s on %s.\n", k, a)
+					}
+				}
+				return nil
+			},
+		}.command(),
+	)
+}
+
+// secretValue reads a secret's value from stdin: without echo from a
+// terminal, else all of stdin without its final line break.
+func (x *cmdCtx) secretValue(name string) (string, error) {
+	if _, ok := x.terminal(); ok {
+		return x.askSecret("Value of "+name+" (not shown): ", "")
+	}
+	b, err := io.ReadAll(io.LimitReader(x.reader(), maxSecretBytes+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxSecretBytes {
+		return "", fmt.Errorf("the value of %s on stdin is longer than %d bytes", name, maxSecretBytes)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", fmt.Errorf("no value for %s on stdin", name)
+	}
+	return s, nil
+}
+
+func domainCommand() *cli.Command {
+	return group("domain", "route host names to services",
+		spec{
+			name: "add", usage: "route a host name to a service", argsUsage: shapeTarget + " HOST",
+			description: `Routes a host name to a service in an environment.
+
+Example:
+   nebula domain add acme/shop/production/web shop.example.com`,
+			json: true, nargs: 2,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeTarget)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var res client.DomainResult
+				return x.read(func(ctx context.Context) (err error) {
+					res, err = cl.AddDomain(ctx, a.Org, a.Project, a.Env, a.Service, x.args[1])
+					return
+				}, func() error {
+					if res.ChangeSet != nil {
+						x.changeSetNote(a, res.ChangeSet)
+						return nil
+					}
+					x.printf("Routed %s to %s.\n", res.Domain.Host, a)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "remove", usage: "stop routing a host name", argsUsage: shapeTarget + " HOST",
+			description: `Stops routing a host name to a service.
+
+Example:
+   nebula domain remove acme/shop/production/web shop.example.com`,
+			nargs: 2,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeTarget)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				cs, err := cl.RemoveDomain(x.Context.Context, a.Org, a.Project, a.Env, a.Service, x.args[1])
+				if err != nil {
+					return err
+				}
+				if cs != nil {
+					x.changeSetNote(a, cs)
+					return nil
+				}
+				x.printf("Stopped routing %s to %s.\n", x.args[1], a)
+				return nil
+			},
+		}.command(),
+		spec{
+			name: "list", usage: "list the domains of an environment or a service", argsUsage: shapeEnvOrTarget,
+			description: `Lists the host names routed in an environment, or to one service in it.
+
+Example:
+   nebula domain list acme/shop/production`,
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeEnvOrTarget)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var ds []query.Domain
+				return x.read(func(ctx context.Context) (err error) {
+					ds, err = cl.Domains(ctx, a.Org, a.Project, a.Env, a.Service)
+					return
+				}, func() error {
+					var rows [][]string
+					for _, d := range ds {
+						rows = append(rows, []string{d.Host, cell(d.ServiceName), when(d.CreatedAt)})
+					}
+					x.table("HOST\tSERVICE\tCREATED", rows)
+					return nil
+				})
+			},
+		}.command(),
+	)
+}
