@@ -38,7 +38,9 @@ func start(t *testing.T, cfg config.Config) (*running, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- server.Run(ctx, cfg, server.Options{Version: "test", Ready: func(a string) { ready <- a }}) }()
+	go func() {
+		done <- server.Run(ctx, cfg, server.Options{Version: "test", Ready: func(a string) { ready <- a }})
+	}()
 	select {
 	case addr := <-ready:
 		var once sync.Once
