@@ -1,0 +1,288 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// ClientConfig configures the agent's side of the link.
+type ClientConfig struct {
+	// URL is the control plane's public URL (https://...).
+	URL        string
+	Credential string
+	// TLS is the client TLS configuration: the system roots plus an optional
+	// CA bundle given at install.
+	TLS *tls.Config
+	// AllowPlain permits http:// (ws://) URLs: loopback development only.
+	AllowPlain bool
+	// Hello returns the agent's hello: asked again at every connect, so the
+	// applied revisions are current.
+	Hello func(ctx context.Context) Hello
+	// Apply handles a desired state and returns its acknowledgement. It runs
+	// on its own goroutine, one revision at a time, in arrival order.
+	Apply func(ctx context.Context, ds DesiredState) Ack
+	// Leader reports whether this agent reconciles (for heartbeats).
+	Leader    func() bool
+	Logger    *slog.Logger
+	Heartbeat time.Duration
+	// MinBackoff and MaxBackoff bound the reconnect delay (1 s .. 60 s).
+	MinBackoff, MaxBackoff time.Duration
+	// OnConnected is told of each welcome (tests, status).
+	OnConnected func(Welcome)
+}
+
+// Client keeps the agent connected.
+type Client struct {
+	cfg ClientConfig
+}
+
+// ErrRefused means the control plane refused the credential: retrying with it
+// cannot help until an operator acts.
+var ErrRefused = errors.New("the control plane refused this agent's credential")
+
+// NewClient validates the configuration.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("transport: control plane URL %q is not a URL", cfg.URL)
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !cfg.AllowPlain {
+			return nil, fmt.Errorf("transport: %s is plain HTTP; agents use TLS (start the agent with --insecure-plain-http only for loopback development)", cfg.URL)
+		}
+	default:
+		return nil, fmt.Errorf("transport: control plane URL %q must be https://", cfg.URL)
+	}
+	if cfg.Credential == "" || cfg.Hello == nil || cfg.Apply == nil {
+		return nil, errors.New("transport: the client needs a credential, Hello and Apply")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = HeartbeatInterval
+	}
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = time.Second
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 60 * time.Second
+	}
+	if cfg.Leader == nil {
+		cfg.Leader = func() bool { return true }
+	}
+	return &Client{cfg: cfg}, nil
+}
+
+func (c *Client) wsURL() string {
+	u, _ := url.Parse(c.cfg.URL)
+	if u.Scheme == "https" {
+		u.Scheme = "wss"
+	} else {
+		u.Scheme = "ws"
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + ConnectPath
+	return u.String()
+}
+
+// Run keeps the connection until ctx ends, reconnecting with exponential
+// backoff and jitter. It returns ErrRefused when the credential is refused.
+func (c *Client) Run(ctx context.Context) error {
+	backoff := c.cfg.MinBackoff
+	for ctx.Err() == nil {
+		connected, err := c.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrRefused) {
+			return err
+		}
+		if connected {
+			backoff = c.cfg.MinBackoff
+		}
+		// Full jitter: thousands of agents that lost the control plane at once
+		// must not come back in lockstep.
+		wait := time.Duration(rand.Int64N(int64(backoff))) + backoff/2
+		c.cfg.Logger.Warn("control plane link down, retrying", "err", err, "retry_in", wait.Round(time.Millisecond))
+		if !sleepCtx(ctx, wait) {
+			return nil
+		}
+		backoff = min(backoff*2, c.cfg.MaxBackoff)
+	}
+	return nil
+}
+
+// session dials, says hello and serves one connection; it reports whether
+// the handshake completed.
+func (c *Client) session(ctx context.Context) (bool, error) {
+	d := websocket.Dialer{TLSClientConfig: c.cfg.TLS, HandshakeTimeout: 15 * time.Second, Proxy: http.ProxyFromEnvironment}
+	h := http.Header{"Authorization": {"Bearer " + c.cfg.Credential}}
+	ws, resp, err := d.DialContext(ctx, c.wsURL(), h)
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			return false, fmt.Errorf("%w: %s", ErrRefused, strings.TrimSpace(string(body)))
+		}
+		return false, fmt.Errorf("dialing %s: %w", c.wsURL(), err)
+	}
+	cn := newConn(ws, 3*c.cfg.Heartbeat, c.cfg.Heartbeat)
+	defer cn.close(websocket.CloseNormalClosure, "agent stopping")
+	hello, _ := Encode(TypeHello, "", c.cfg.Hello(ctx))
+	if err := cn.send(hello); err != nil {
+		return false, err
+	}
+	frame, err := cn.read()
+	if err != nil {
+		return false, fmt.Errorf("waiting for the welcome: %w", err)
+	}
+	env, err := Decode(frame)
+	if err != nil {
+		return false, err
+	}
+	if env.Type == TypeError {
+		var em ErrorMessage
+		_ = DecodePayload(env, &em)
+		return false, fmt.Errorf("control plane: %s", em.Message)
+	}
+	var welcome Welcome
+	if env.Type != TypeWelcome || DecodePayload(env, &welcome) != nil {
+		return false, fmt.Errorf("%w: expected a welcome, got %q", ErrMalformed, env.Type)
+	}
+	if c.cfg.OnConnected != nil {
+		c.cfg.OnConnected(welcome)
+	}
+	c.cfg.Logger.Info("connected to the control plane", "server_id", welcome.ServerID)
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	work := make(chan DesiredState, 16)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); c.heartbeats(sctx, cn) }()
+	go func() { defer wg.Done(); c.applier(sctx, cn, work) }()
+	defer wg.Wait()
+	defer cancel()
+	for {
+		frame, err := cn.read()
+		if err != nil {
+			select {
+			case <-cn.closed():
+				return true, errors.New(cn.reason)
+			default:
+			}
+			return true, fmt.Errorf("connection lost: %w", err)
+		}
+		env, err := Decode(frame)
+		if err != nil {
+			cn.close(websocket.ClosePolicyViolation, err.Error())
+			return true, err
+		}
+		switch env.Type {
+		case TypeDesiredState:
+			var ds DesiredState
+			if err := DecodePayload(env, &ds); err != nil {
+				cn.close(websocket.ClosePolicyViolation, err.Error())
+				return true, err
+			}
+			select {
+			case work <- ds:
+			case <-sctx.Done():
+				return true, sctx.Err()
+			}
+		case TypeError:
+			var em ErrorMessage
+			_ = DecodePayload(env, &em)
+			if em.Code == "credential_revoked" {
+				return true, fmt.Errorf("%w: %s", ErrRefused, em.Message)
+			}
+			return true, fmt.Errorf("control plane: %s", em.Message)
+		default:
+			cn.close(websocket.ClosePolicyViolation, "unknown frame type")
+			return true, fmt.Errorf("%w: unknown frame type %q", ErrMalformed, truncate(env.Type, 40))
+		}
+	}
+}
+
+func (c *Client) heartbeats(ctx context.Context, cn *conn) {
+	t := time.NewTicker(c.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		hb, _ := Encode(TypeHeartbeat, "", Heartbeat{Time: time.Now().UTC(), Leader: c.cfg.Leader()})
+		if cn.send(hb) != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-cn.closed():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Client) applier(ctx context.Context, cn *conn, work <-chan DesiredState) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ds := <-work:
+			ack := c.cfg.Apply(ctx, ds)
+			frame, err := Encode(TypeAck, "", ack)
+			if err == nil && cn.send(frame) != nil {
+				return
+			}
+		}
+	}
+}
+
+// Register exchanges a join token for this server's own credential.
+func Register(ctx context.Context, baseURL string, tlsConfig *tls.Config, req RegisterRequest) (RegisterResponse, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return RegisterResponse{}, err
+	}
+	u := strings.TrimRight(baseURL, "/") + RegisterPath
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return RegisterResponse{}, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, Proxy: http.ProxyFromEnvironment}}
+	resp, err := client.Do(hreq)
+	if err != nil {
+		return RegisterResponse{}, fmt.Errorf("registering with %s: %w", baseURL, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusCreated {
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
+			return RegisterResponse{}, fmt.Errorf("registering: %s", e.Error.Message)
+		}
+		return RegisterResponse{}, fmt.Errorf("registering: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	var out RegisterResponse
+	if err := json.Unmarshal(b, &out); err != nil {
+		return RegisterResponse{}, fmt.Errorf("registering: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,372 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Peer is an authenticated agent installation (a server).
+type Peer struct {
+	ServerID  string
+	ClusterID string
+	OrgID     string
+	Name      string
+}
+
+// Head is the latest revision of an environment.
+type Head struct {
+	EnvironmentID string
+	Revision      int
+}
+
+// HubConfig connects the hub to the rest of the control plane.
+type HubConfig struct {
+	// Authenticate checks the agent's credential on the upgrade request.
+	Authenticate func(r *http.Request) (Peer, error)
+	// Heads returns the latest revision of every environment of each cluster.
+	Heads func(ctx context.Context, clusterIDs []string) (map[string][]Head, error)
+	// Fetch returns one revision, secrets opened, ready to send.
+	Fetch func(ctx context.Context, environmentID string, revision int) (DesiredState, error)
+	// Callbacks; each may be nil.
+	OnHello      func(ctx context.Context, p Peer, h Hello)
+	OnHeartbeat  func(ctx context.Context, p Peer, h Heartbeat)
+	OnAck        func(ctx context.Context, p Peer, a Ack)
+	OnDisconnect func(ctx context.Context, p Peer, reason string)
+	Logger       *slog.Logger
+	// ReadTimeout closes a connection that sent nothing (not even a pong) for
+	// this long (default 3 heartbeats).
+	ReadTimeout time.Duration
+	// PingEvery is how often the hub pings (default 20 s).
+	PingEvery time.Duration
+}
+
+// Hub keeps the agents' connections and pushes them desired state.
+type Hub struct {
+	cfg      HubConfig
+	upgrader websocket.Upgrader
+
+	mu    sync.Mutex
+	conns map[string]*agentConn // by server id
+	wg    sync.WaitGroup
+	ctx   context.Context
+}
+
+type agentConn struct {
+	peer *Peer
+	c    *conn
+	// sent is what the agent has, or has been sent: environment -> revision.
+	mu   sync.Mutex
+	sent map[string]int
+	// kick asks the connection's own loop to look for newer revisions.
+	kick chan struct{}
+}
+
+// NewHub returns a hub; it serves until ctx ends.
+func NewHub(ctx context.Context, cfg HubConfig) (*Hub, error) {
+	if cfg.Authenticate == nil || cfg.Heads == nil || cfg.Fetch == nil {
+		return nil, errors.New("transport: the hub needs Authenticate, Heads and Fetch")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 3 * HeartbeatInterval
+	}
+	if cfg.PingEvery == 0 {
+		cfg.PingEvery = 20 * time.Second
+	}
+	h := &Hub{cfg: cfg, conns: map[string]*agentConn{}, ctx: ctx}
+	h.upgrader = websocket.Upgrader{ReadBufferSize: 4096, WriteBufferSize: 4096, WriteBufferPool: &sync.Pool{}}
+	go func() {
+		<-ctx.Done()
+		h.mu.Lock()
+		for _, ac := range h.conns {
+			ac.c.close(websocket.CloseGoingAway, "control plane shutting down")
+		}
+		h.mu.Unlock()
+	}()
+	return h, nil
+}
+
+// ServeHTTP authenticates and upgrades an agent's connection.
+func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	peer, err := h.cfg.Authenticate(r)
+	if err != nil {
+		// Refused before the upgrade, with a plain answer the agent can log.
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	ws, err := h.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	c := newConn(ws, h.cfg.ReadTimeout, h.cfg.PingEvery)
+	ac := &agentConn{peer: &peer, c: c, sent: map[string]int{}, kick: make(chan struct{}, 1)}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		h.serve(ac)
+	}()
+}
+
+func (h *Hub) serve(ac *agentConn) {
+	ctx := h.ctx
+	reason := h.handshake(ctx, ac)
+	if reason != "" {
+		ac.c.close(websocket.ClosePolicyViolation, reason)
+		h.reportDisconnect(ctx, ac, reason)
+		return
+	}
+	h.mu.Lock()
+	if old := h.conns[ac.peer.ServerID]; old != nil {
+		// The same server connected again: the newer connection wins.
+		old.c.close(websocket.CloseNormalClosure, "replaced by a newer connection of the same server")
+	}
+	h.conns[ac.peer.ServerID] = ac
+	h.mu.Unlock()
+	go h.deliverLoop(ctx, ac)
+	ac.kickNow()
+	reason = h.readLoop(ctx, ac)
+	ac.c.close(websocket.ClosePolicyViolation, reason)
+	h.mu.Lock()
+	if h.conns[ac.peer.ServerID] == ac {
+		delete(h.conns, ac.peer.ServerID)
+	}
+	h.mu.Unlock()
+	h.reportDisconnect(ctx, ac, reason)
+}
+
+func (h *Hub) reportDisconnect(ctx context.Context, ac *agentConn, reason string) {
+	if h.cfg.OnDisconnect != nil {
+		h.cfg.OnDisconnect(context.WithoutCancel(ctx), *ac.peer, reason)
+	}
+}
+
+// handshake reads the hello and answers with a welcome; it returns a reason
+// to close, or "".
+func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
+	frame, err := ac.c.read()
+	if err != nil {
+		return "no hello"
+	}
+	env, err := Decode(frame)
+	if err != nil || env.Type != TypeHello {
+		return "the first frame must be a hello"
+	}
+	var hello Hello
+	if err := DecodePayload(env, &hello); err != nil {
+		return err.Error()
+	}
+	if hello.Protocol != ProtocolVersion {
+		msg, _ := Encode(TypeError, "", ErrorMessage{Code: "protocol_unsupported", Message: fmt.Sprintf("this control plane speaks protocol %d", ProtocolVersion)})
+		_ = ac.c.send(msg)
+		return fmt.Sprintf("protocol %d is not supported", hello.Protocol)
+	}
+	ac.mu.Lock()
+	for env, rev := range hello.Applied {
+		if rev > 0 {
+			ac.sent[env] = rev
+		}
+	}
+	ac.mu.Unlock()
+	if h.cfg.OnHello != nil {
+		h.cfg.OnHello(ctx, *ac.peer, hello)
+	}
+	w, _ := Encode(TypeWelcome, "", Welcome{Protocol: ProtocolVersion, ServerID: ac.peer.ServerID, HeartbeatSeconds: int(HeartbeatInterval / time.Second)})
+	if err := ac.c.send(w); err != nil {
+		return "closed during the handshake"
+	}
+	return ""
+}
+
+// readLoop handles the agent's frames until the connection ends; it returns
+// why it ended.
+func (h *Hub) readLoop(ctx context.Context, ac *agentConn) string {
+	for {
+		frame, err := ac.c.read()
+		if err != nil {
+			select {
+			case <-ac.c.closed():
+				return ac.c.reason
+			default:
+			}
+			if errors.Is(err, ErrMalformed) {
+				return "binary frames are not part of the protocol"
+			}
+			if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
+				return "agent closed the connection"
+			}
+			return "connection lost: " + err.Error()
+		}
+		env, err := Decode(frame)
+		if err != nil {
+			return err.Error()
+		}
+		switch env.Type {
+		case TypeHeartbeat:
+			var hb Heartbeat
+			if err := DecodePayload(env, &hb); err != nil {
+				return err.Error()
+			}
+			if h.cfg.OnHeartbeat != nil {
+				h.cfg.OnHeartbeat(ctx, *ac.peer, hb)
+			}
+		case TypeAck:
+			var a Ack
+			if err := DecodePayload(env, &a); err != nil {
+				return err.Error()
+			}
+			ac.mu.Lock()
+			if a.Revision > ac.sent[a.EnvironmentID] {
+				ac.sent[a.EnvironmentID] = a.Revision
+			}
+			ac.mu.Unlock()
+			if h.cfg.OnAck != nil {
+				h.cfg.OnAck(ctx, *ac.peer, a)
+			}
+		default:
+			return fmt.Sprintf("unknown frame type %q", truncate(env.Type, 40))
+		}
+	}
+}
+
+func (ac *agentConn) kickNow() {
+	select {
+	case ac.kick <- struct{}{}:
+	default:
+	}
+}
+
+// deliverLoop sends the connection every revision newer than what it has,
+// whenever it is kicked; one at a time, so the agent sees them in order.
+func (h *Hub) deliverLoop(ctx context.Context, ac *agentConn) {
+	for {
+		select {
+		case <-ac.c.closed():
+			return
+		case <-ctx.Done():
+			return
+		case <-ac.kick:
+		}
+		heads, err := h.cfg.Heads(ctx, []string{ac.peer.ClusterID})
+		if err != nil {
+			h.cfg.Logger.Warn("looking up revisions for an agent", "server", ac.peer.Name, "err", err)
+			continue
+		}
+		h.deliver(ctx, ac, heads[ac.peer.ClusterID], nil)
+	}
+}
+
+// deliver sends the heads the connection does not have yet. fetched caches
+// documents across connections in one refresh (both replicas of a cluster
+// need the same ones).
+func (h *Hub) deliver(ctx context.Context, ac *agentConn, heads []Head, fetched *sync.Map) {
+	for _, hd := range heads {
+		ac.mu.Lock()
+		have := ac.sent[hd.EnvironmentID]
+		ac.mu.Unlock()
+		if hd.Revision <= have {
+			continue
+		}
+		var frame []byte
+		key := fmt.Sprintf("%s/%d", hd.EnvironmentID, hd.Revision)
+		if fetched != nil {
+			if f, ok := fetched.Load(key); ok {
+				frame = f.([]byte)
+			}
+		}
+		if frame == nil {
+			ds, err := h.cfg.Fetch(ctx, hd.EnvironmentID, hd.Revision)
+			if err != nil {
+				h.cfg.Logger.Warn("loading a revision for an agent", "environment", hd.EnvironmentID, "revision", hd.Revision, "err", err)
+				continue
+			}
+			if frame, err = Encode(TypeDesiredState, key, ds); err != nil {
+				continue
+			}
+			if fetched != nil {
+				fetched.Store(key, frame)
+			}
+		}
+		if err := ac.c.send(frame); err != nil {
+			return
+		}
+		ac.mu.Lock()
+		if hd.Revision > ac.sent[hd.EnvironmentID] {
+			ac.sent[hd.EnvironmentID] = hd.Revision
+		}
+		ac.mu.Unlock()
+	}
+}
+
+// Refresh sends every connected agent the revisions it does not have: called
+// when revisions were recorded, on this replica or another.
+func (h *Hub) Refresh(ctx context.Context) error {
+	h.mu.Lock()
+	conns := make([]*agentConn, 0, len(h.conns))
+	clusters := map[string]bool{}
+	for _, ac := range h.conns {
+		conns = append(conns, ac)
+		clusters[ac.peer.ClusterID] = true
+	}
+	h.mu.Unlock()
+	if len(conns) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(clusters))
+	for id := range clusters {
+		ids = append(ids, id)
+	}
+	heads, err := h.cfg.Heads(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("looking up the latest revisions: %w", err)
+	}
+	var fetched sync.Map
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, ac := range conns {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			h.deliver(ctx, ac, heads[ac.peer.ClusterID], &fetched)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Disconnect closes a server's connection at once (its credential was revoked).
+func (h *Hub) Disconnect(serverID, reason string) bool {
+	h.mu.Lock()
+	ac := h.conns[serverID]
+	h.mu.Unlock()
+	if ac == nil {
+		return false
+	}
+	msg, _ := Encode(TypeError, "", ErrorMessage{Code: "credential_revoked", Message: reason})
+	_ = ac.c.send(msg)
+	ac.c.close(websocket.ClosePolicyViolation, reason)
+	return true
+}
+
+// Connected lists the servers connected to this replica.
+func (h *Hub) Connected() []Peer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]Peer, 0, len(h.conns))
+	for _, ac := range h.conns {
+		out = append(out, *ac.peer)
+	}
+	return out
+}
+
+// Wait waits for every connection's goroutines to end (after ctx ended).
+func (h *Hub) Wait() { h.wg.Wait() }

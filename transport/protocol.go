@@ -1,0 +1,190 @@
+// Package transport is the link between the control plane and its agents: the
+// versioned protocol, the websocket hub on the control plane and the client
+// the agent dials out with. The agent opens the connection (no inbound port,
+// works behind NAT) and keeps it: desired state and commands come in,
+// heartbeats, acknowledgements and reports go out.
+//
+// Frames are JSON envelopes {"type", "id", "payload"}; the protocol version is
+// agreed in the hello. A malformed or oversized frame closes that connection
+// with a reason and affects no other.
+package transport
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nebulactrl/nebulactrl/desiredstate"
+)
+
+// ProtocolVersion is the version this build speaks.
+const ProtocolVersion = 1
+
+// Timings of the link (from the product's description).
+const (
+	HeartbeatInterval = 15 * time.Second
+	// DisconnectedAfter is how long without a heartbeat before a cluster
+	// shows Disconnected.
+	DisconnectedAfter = 60 * time.Second
+)
+
+// MaxFrame bounds a frame: a desired-state document of a large environment
+// fits, a runaway peer does not.
+const MaxFrame = 16 << 20
+
+// Paths of the agent endpoints on the control plane.
+const (
+	ConnectPath  = "/agent/v1/connect"
+	RegisterPath = "/agent/v1/register"
+)
+
+// Message types.
+const (
+	TypeHello        = "hello"
+	TypeWelcome      = "welcome"
+	TypeHeartbeat    = "heartbeat"
+	TypeDesiredState = "desired_state"
+	TypeAck          = "ack"
+	TypeError        = "error"
+)
+
+// Envelope is one frame.
+type Envelope struct {
+	Type    string          `json:"type"`
+	ID      string          `json:"id,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// Hello is the agent's first frame: who it is and what it has applied, so
+// that the control plane resends only what is newer.
+type Hello struct {
+	Protocol int    `json:"protocol"`
+	Version  string `json:"version"`
+	Arch     string `json:"arch"`
+	// Applied maps environment id to the revision the cluster has applied.
+	Applied map[string]int `json:"applied"`
+	Facts   Facts          `json:"facts"`
+}
+
+// Facts describe the host or pod the agent runs on.
+type Facts struct {
+	Hostname          string          `json:"hostname,omitempty"`
+	OS                string          `json:"os,omitempty"`
+	KubernetesVersion string          `json:"kubernetesVersion,omitempty"`
+	Leader            bool            `json:"leader"`
+	AgentUpgrade      json.RawMessage `json:"agentUpgrade,omitempty"`
+}
+
+// Welcome answers a hello.
+type Welcome struct {
+	Protocol         int    `json:"protocol"`
+	ServerID         string `json:"serverId"`
+	HeartbeatSeconds int    `json:"heartbeatSeconds"`
+}
+
+// Heartbeat says the agent is alive and whether it leads its cluster.
+type Heartbeat struct {
+	Time   time.Time `json:"time"`
+	Leader bool      `json:"leader"`
+}
+
+// DesiredState is a revision of an environment's desired state. Secrets in
+// the document are opened by the control plane for this delivery only: the
+// link is TLS and the agent turns them into Kubernetes Secrets.
+type DesiredState struct {
+	EnvironmentID string                `json:"environmentId"`
+	Revision      int                   `json:"revision"`
+	Hash          string                `json:"hash"`
+	Document      desiredstate.Document `json:"document"`
+}
+
+// ServiceOutcome is what became of one service of a revision.
+type ServiceOutcome struct {
+	Service string `json:"service"`
+	// State is applied, held or failed.
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Ack acknowledges a revision with per-service outcomes.
+type Ack struct {
+	EnvironmentID string           `json:"environmentId"`
+	Revision      int              `json:"revision"`
+	Hash          string           `json:"hash"`
+	Ignored       bool             `json:"ignored,omitempty"`
+	Services      []ServiceOutcome `json:"services"`
+}
+
+// ErrorMessage is sent before the control plane closes a connection.
+type ErrorMessage struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// RegisterRequest exchanges a cluster's join token for a server credential.
+type RegisterRequest struct {
+	JoinToken string `json:"joinToken"`
+	// Name is the server's stable name: the pod name of a StatefulSet
+	// replica, or the host name.
+	Name string `json:"name"`
+}
+
+// RegisterResponse carries the server's own credential, shown once.
+type RegisterResponse struct {
+	ServerID   string `json:"serverId"`
+	ClusterID  string `json:"clusterId"`
+	Credential string `json:"credential"`
+}
+
+// ErrMalformed marks a frame that is not a valid message.
+var ErrMalformed = errors.New("malformed frame")
+
+// Encode makes a frame.
+func Encode(typ, id string, payload any) ([]byte, error) {
+	var raw json.RawMessage
+	if payload != nil {
+		b, err := json.Marshal(payload)
+		if err != nil {
+			return nil, fmt.Errorf("encoding %s: %w", typ, err)
+		}
+		raw = b
+	}
+	return json.Marshal(Envelope{Type: typ, ID: id, Payload: raw})
+}
+
+// Decode reads a frame's envelope strictly.
+func Decode(frame []byte) (Envelope, error) {
+	var e Envelope
+	if err := strictUnmarshal(frame, &e); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if e.Type == "" {
+		return Envelope{}, fmt.Errorf("%w: no type", ErrMalformed)
+	}
+	return e, nil
+}
+
+// DecodePayload reads an envelope's payload strictly into v.
+func DecodePayload(e Envelope, v any) error {
+	if len(e.Payload) == 0 {
+		return fmt.Errorf("%w: %s without payload", ErrMalformed, e.Type)
+	}
+	if err := strictUnmarshal(e.Payload, v); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrMalformed, e.Type, err)
+	}
+	return nil
+}
+
+func strictUnmarshal(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}

@@ -1,0 +1,331 @@
+package transport_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nebulactrl/nebulactrl/desiredstate"
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+// world is a control plane's side for tests: revisions per environment of
+// one cluster, and what the hub was told.
+type world struct {
+	mu         sync.Mutex
+	revs       map[string]int // environment -> latest revision
+	acks       []transport.Ack
+	heartbeats int
+	gone       []string
+	fetches    int
+}
+
+func (w *world) heads(ctx context.Context, clusters []string) (map[string][]transport.Head, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string][]transport.Head{}
+	for _, c := range clusters {
+		for env, rev := range w.revs {
+			out[c] = append(out[c], transport.Head{EnvironmentID: env, Revision: rev})
+		}
+	}
+	return out, nil
+}
+
+func (w *world) fetch(ctx context.Context, env string, rev int) (transport.DesiredState, error) {
+	w.mu.Lock()
+	w.fetches++
+	w.mu.Unlock()
+	return transport.DesiredState{EnvironmentID: env, Revision: rev, Hash: "h", Document: desiredstate.Document{SchemaVersion: 1, Services: []desiredstate.Service{}}}, nil
+}
+
+func startHub(t *testing.T, w *world) (*transport.Hub, *httptest.Server) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	hub, err := transport.NewHub(ctx, transport.HubConfig{
+		Authenticate: func(r *http.Request) (transport.Peer, error) {
+			tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !strings.HasPrefix(tok, "good-") {
+				return transport.Peer{}, errors.New("unknown credential")
+			}
+			return transport.Peer{ServerID: tok, ClusterID: "c1", Name: tok}, nil
+		},
+		Heads: w.heads,
+		Fetch: w.fetch,
+		OnAck: func(ctx context.Context, p transport.Peer, a transport.Ack) {
+			w.mu.Lock()
+			w.acks = append(w.acks, a)
+			w.mu.Unlock()
+		},
+		OnHeartbeat: func(ctx context.Context, p transport.Peer, h transport.Heartbeat) {
+			w.mu.Lock()
+			w.heartbeats++
+			w.mu.Unlock()
+		},
+		OnDisconnect: func(ctx context.Context, p transport.Peer, reason string) {
+			w.mu.Lock()
+			w.gone = append(w.gone, reason)
+			w.mu.Unlock()
+		},
+	})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle(transport.ConnectPath, hub)
+	srv := httptest.NewTLSServer(mux)
+	t.Cleanup(srv.Close)
+	return hub, srv
+}
+
+type agent struct {
+	mu      sync.Mutex
+	applied map[string]int
+	got     []int
+}
+
+func (a *agent) client(t *testing.T, srv *httptest.Server, cred string) *transport.Client {
+	t.Helper()
+	return a.clientAt(t, srv, srv.URL, cred)
+}
+
+func (a *agent) clientAt(t *testing.T, srv *httptest.Server, url, cred string) *transport.Client {
+	t.Helper()
+	c, err := transport.NewClient(transport.ClientConfig{
+		URL: url, Credential: cred,
+		TLS:       srv.Client().Transport.(*http.Transport).TLSClientConfig,
+		Heartbeat: 50 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		Hello: func(ctx context.Context) transport.Hello {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			applied := map[string]int{}
+			for k, v := range a.applied {
+				applied[k] = v
+			}
+			return transport.Hello{Protocol: transport.ProtocolVersion, Version: "1.0.0", Arch: "amd64", Applied: applied}
+		},
+		Apply: func(ctx context.Context, ds transport.DesiredState) transport.Ack {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			ignored := ds.Revision <= a.applied[ds.EnvironmentID]
+			if !ignored {
+				a.applied[ds.EnvironmentID] = ds.Revision
+			}
+			a.got = append(a.got, ds.Revision)
+			return transport.Ack{EnvironmentID: ds.EnvironmentID, Revision: ds.Revision, Hash: ds.Hash, Ignored: ignored, Services: []transport.ServiceOutcome{}}
+		},
+	})
+	require.NoError(t, err)
+	return c
+}
+
+func (a *agent) revision(env string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.applied[env]
+}
+
+func TestDesiredStateReachesTheAgentAndIsAcknowledged(t *testing.T) {
+	t.Parallel()
+	w := &world{revs: map[string]int{"e1": 3, "e2": 1}}
+	hub, srv := startHub(t, w)
+	// The agent already has e1 at revision 3: only e2 is sent.
+	a := &agent{applied: map[string]int{"e1": 3}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.client(t, srv, "good-1").Run(ctx)
+	require.Eventually(t, func() bool { return a.revision("e2") == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { w.mu.Lock(); defer w.mu.Unlock(); return len(w.acks) == 1 && w.heartbeats > 1 }, 5*time.Second, 5*time.Millisecond)
+	a.mu.Lock()
+	require.Equal(t, []int{1}, a.got, "the hello's applied revisions are not resent")
+	a.mu.Unlock()
+
+	// A new revision made anywhere reaches the agent on Refresh.
+	w.mu.Lock()
+	w.revs["e1"] = 4
+	w.mu.Unlock()
+	require.NoError(t, hub.Refresh(ctx))
+	require.Eventually(t, func() bool { return a.revision("e1") == 4 }, 5*time.Second, 5*time.Millisecond)
+	require.Len(t, hub.Connected(), 1)
+}
+
+func TestAgentReconnectsAndCatchesUp(t *testing.T) {
+	t.Parallel()
+	w := &world{revs: map[string]int{"e1": 1}}
+	hub, srv := startHub(t, w)
+	a := &agent{applied: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := newProxy(t, srv.Listener.Addr().String())
+	go a.clientAt(t, srv, "https://"+p.addr(), "good-1").Run(ctx)
+	require.Eventually(t, func() bool { return a.revision("e1") == 1 }, 5*time.Second, 5*time.Millisecond)
+	p.cut()
+	w.mu.Lock()
+	w.revs["e1"] = 2
+	w.mu.Unlock()
+	require.Eventually(t, func() bool { return a.revision("e1") == 2 }, 5*time.Second, 5*time.Millisecond, "on reconnect the agent gets the latest revision")
+	_ = hub
+}
+
+func TestRefusedCredentialStopsTheAgent(t *testing.T) {
+	t.Parallel()
+	w := &world{revs: map[string]int{}}
+	_, srv := startHub(t, w)
+	a := &agent{applied: map[string]int{}}
+	err := a.client(t, srv, "bad").Run(context.Background())
+	require.ErrorIs(t, err, transport.ErrRefused)
+}
+
+func TestRevokedServerIsDisconnectedAtOnce(t *testing.T) {
+	t.Parallel()
+	w := &world{revs: map[string]int{}}
+	hub, srv := startHub(t, w)
+	a := &agent{applied: map[string]int{}}
+	done := make(chan error, 1)
+	go func() { done <- a.client(t, srv, "good-r").Run(context.Background()) }()
+	require.Eventually(t, func() bool { return len(hub.Connected()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.True(t, hub.Disconnect("good-r", "credential revoked by an operator"))
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, transport.ErrRefused)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent did not stop")
+	}
+}
+
+func TestMalformedFramesCloseOnlyThatConnection(t *testing.T) {
+	t.Parallel()
+	w := &world{revs: map[string]int{"e1": 1}}
+	hub, srv := startHub(t, w)
+	good := &agent{applied: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go good.client(t, srv, "good-ok").Run(ctx)
+	require.Eventually(t, func() bool { return good.revision("e1") == 1 }, 5*time.Second, 5*time.Millisecond)
+
+	dialer := websocket.Dialer{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // test server
+	url := "wss" + strings.TrimPrefix(srv.URL, "https") + transport.ConnectPath
+	for name, frames := range map[string][][]byte{
+		"not json":      {[]byte(`{"type":"hello","payload":{"protocol":1,"applied":{}}}`), []byte("garbage")},
+		"unknown type":  {[]byte(`{"type":"hello","payload":{"protocol":1,"applied":{}}}`), []byte(`{"type":"launch_missiles"}`)},
+		"no hello":      {[]byte(`{"type":"heartbeat","payload":{}}`)},
+		"wrong version": {[]byte(`{"type":"hello","payload":{"protocol":99,"applied":{}}}`)},
+		"extra field":   {[]byte(`{"type":"hello","payload":{"protocol":1,"applied":{},"evil":1}}`)},
+		"oversized":     {[]byte(`{"type":"hello","payload":{"protocol":1,"applied":{}}}`), []byte(`{"type":"ack","payload":"` + strings.Repeat("x", transport.MaxFrame+1) + `"}`)},
+	} {
+		ws, _, err := dialer.Dial(url, http.Header{"Authorization": {"Bearer good-" + strings.ReplaceAll(name, " ", "-")}})
+		require.NoError(t, err, name)
+		for _, f := range frames {
+			_ = ws.WriteMessage(websocket.TextMessage, f)
+		}
+		var closeErr error
+		for closeErr == nil {
+			_ = ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, _, closeErr = ws.ReadMessage()
+		}
+		var ce *websocket.CloseError
+		require.True(t, errors.As(closeErr, &ce), "%s: closed with a close frame, got %v", name, closeErr)
+		if ce.Code != websocket.CloseMessageTooBig {
+			require.NotEmpty(t, ce.Text, "%s: the close frame carries a reason", name)
+		}
+		ws.Close()
+	}
+	// The well-behaved agent is still connected and still served.
+	w.mu.Lock()
+	w.revs["e1"] = 2
+	w.mu.Unlock()
+	require.NoError(t, hub.Refresh(ctx))
+	require.Eventually(t, func() bool { return good.revision("e1") == 2 }, 5*time.Second, 5*time.Millisecond)
+}
+
+func TestPlainHTTPNeedsAnExplicitFlag(t *testing.T) {
+	t.Parallel()
+	cfg := transport.ClientConfig{URL: "http://127.0.0.1:1", Credential: "x",
+		Hello: func(context.Context) transport.Hello { return transport.Hello{} },
+		Apply: func(context.Context, transport.DesiredState) transport.Ack { return transport.Ack{} }}
+	_, err := transport.NewClient(cfg)
+	require.ErrorContains(t, err, "plain HTTP")
+	cfg.AllowPlain = true
+	_, err = transport.NewClient(cfg)
+	require.NoError(t, err)
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"type":"hello","payload":{"protocol":1,"version":"1.0.0","arch":"amd64","applied":{"e":1},"facts":{"leader":true}}}`))
+	f.Add([]byte(`{"type":"ack","payload":{"environmentId":"e","revision":2,"hash":"h","services":[{"service":"api","state":"failed","reason":"x"}]}}`))
+	f.Add([]byte(`{"type":"heartbeat","payload":{"time":"2026-11-30T00:00:00Z","leader":false}}`))
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		env, err := transport.Decode(frame)
+		if err != nil {
+			return
+		}
+		var v any
+		switch env.Type {
+		case transport.TypeHello:
+			v = &transport.Hello{}
+		case transport.TypeAck:
+			v = &transport.Ack{}
+		case transport.TypeHeartbeat:
+			v = &transport.Heartbeat{}
+		default:
+			return
+		}
+		_ = transport.DecodePayload(env, v)
+	})
+}
+
+// proxy forwards TCP to a server and can cut every connection, as a network
+// outage does.
+type proxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &proxy{ln: ln}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(out, in); out.Close() }()
+			go func() { _, _ = io.Copy(in, out); in.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
