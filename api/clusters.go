@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 // joinTokenTTL is how long a join token lasts unless asked otherwise.
@@ -35,7 +37,12 @@ type CreatedJoinToken struct {
 // ClusterResponse is a cluster, with its first join token when just created.
 type ClusterResponse struct {
 	query.Cluster
-	JoinToken *CreatedJoinToken `json:"joinToken,omitempty"`
+	Status    query.ClusterStatus `json:"status"`
+	JoinToken *CreatedJoinToken   `json:"joinToken,omitempty"`
+}
+
+func (a *API) clusterStatus(ctx context.Context, clusterID string) (query.ClusterStatus, error) {
+	return query.StatusOfCluster(ctx, a.pool, clusterID, a.cfg.Now(), transport.DisconnectedAfter)
 }
 
 func (a *API) joinToken(hours int) (domain.IssueJoinToken, string, error) {
@@ -84,11 +91,25 @@ func (a *API) createCluster(w http.ResponseWriter, r *http.Request, c *call) (in
 	if err != nil || len(toks) == 0 {
 		return 0, nil, errors.Join(err, errors.New("the new cluster has no join token"))
 	}
-	return http.StatusCreated, ClusterResponse{Cluster: cl, JoinToken: &CreatedJoinToken{JoinToken: toks[0], Token: secret}}, nil
+	return http.StatusCreated, ClusterResponse{Cluster: cl, Status: query.ClusterStatus{State: query.StateDisconnected}, JoinToken: &CreatedJoinToken{JoinToken: toks[0], Token: secret}}, nil
 }
 
 func (a *API) getCluster(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	return http.StatusOK, ClusterResponse{Cluster: c.cluster}, nil
+	st, err := a.clusterStatus(r.Context(), c.cluster.ID)
+	return http.StatusOK, ClusterResponse{Cluster: c.cluster, Status: st}, err
+}
+
+func (a *API) revokeServer(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	id := r.PathValue("server")
+	if domain.ValidateID("server", id) != nil {
+		return 0, nil, notFound("server " + id)
+	}
+	res, err := a.cmd.Cluster(r.Context(), commandContext(r, c), c.org.ID, c.cluster.ID, domain.RevokeServer{ServerID: id})
+	if err != nil {
+		return 0, nil, named(err, "server "+id)
+	}
+	// Every replica drops the server's connection when it sees the revocation.
+	return http.StatusNoContent, nil, a.settle(r.Context(), res)
 }
 
 func (a *API) deleteCluster(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {

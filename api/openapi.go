@@ -18,7 +18,7 @@ var pathParam = regexp.MustCompile(`\{([a-z]+)\}`)
 var paramDocs = map[string]string{
 	"org": "organisation name", "project": "project name", "env": "environment name", "service": "service name",
 	"cluster": "cluster name", "user": "user id", "token": "token id", "name": "variable name", "host": "host name",
-	"changeset": "change set id",
+	"changeset": "change set id", "server": "server id",
 }
 
 // OpenAPI builds the OpenAPI 3 document from the route table, so that every

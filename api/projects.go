@@ -494,13 +494,41 @@ func (a *API) listReleases(w http.ResponseWriter, r *http.Request, c *call) (int
 	return http.StatusOK, rel, err
 }
 
+// DeploymentView is a deployment with what holds it up: "delivery" while its
+// cluster is Disconnected.
+type DeploymentView struct {
+	query.Deployment
+	Blockers []string `json:"blockers"`
+}
+
 func (a *API) listDeployments(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	limit, err := intQuery(r, "limit", 50, 1, 500)
 	if err != nil {
 		return 0, nil, err
 	}
-	d, err := query.Deployments(r.Context(), a.pool, c.env.ID, c.service.ID, limit)
-	return http.StatusOK, d, err
+	ctx := r.Context()
+	ds, err := query.Deployments(ctx, a.pool, c.env.ID, c.service.ID, limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	st, err := a.clusterStatus(ctx, c.env.ClusterID)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make([]DeploymentView, len(ds))
+	for i, d := range ds {
+		out[i] = DeploymentView{Deployment: d, Blockers: []string{}}
+		pending := d.Status == string(domain.StatusRequested) || d.Status == string(domain.StatusDelivering)
+		if pending && st.State == query.StateDisconnected {
+			out[i].Blockers = append(out[i].Blockers, "delivery")
+		}
+	}
+	return http.StatusOK, out, nil
+}
+
+func (a *API) listAcknowledgements(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	acks, err := query.Acknowledgements(r.Context(), a.pool, c.env.ID)
+	return http.StatusOK, acks, err
 }
 
 func (a *API) state(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {

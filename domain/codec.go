@@ -48,6 +48,8 @@ var codecs = map[string]eventCodec{
 	"cluster.join_token.revoked":  {1, decodeV1[JoinTokenRevoked]},
 	"server.registered":           {1, decodeV1[ServerRegistered]},
 	"server.credential.revoked":   {1, decodeV1[ServerCredentialRevoked]},
+	"server.connected":            {1, decodeV1[ServerConnected]},
+	"server.disconnected":         {1, decodeV1[ServerDisconnected]},
 	"project.created":             {1, decodeV1[ProjectCreated]},
 	"project.deleted":             {1, decodeV1[ProjectDeleted]},
 	"environment.created":         {1, decodeV1[EnvironmentCreated]},
@@ -157,6 +159,10 @@ func Audit(e Event) AuditEntry {
 		return AuditEntry{"server.register", "server", e.ServerID, e.Name}
 	case ServerCredentialRevoked:
 		return AuditEntry{"server.credential.revoke", "server", e.ServerID, ""}
+	case ServerConnected:
+		return AuditEntry{"server.agent.connect", "server", e.ServerID, "agent " + e.Version}
+	case ServerDisconnected:
+		return AuditEntry{"server.agent.disconnect", "server", e.ServerID, e.Reason}
 	case ProjectCreated:
 		return AuditEntry{"project.create", "project", e.ProjectID, ""}
 	case ProjectDeleted:

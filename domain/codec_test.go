@@ -31,6 +31,8 @@ func TestEveryEventRoundTrips(t *testing.T) {
 		domain.JoinTokenRevoked{ClusterID: clusterID, TokenID: "j"},
 		domain.ServerRegistered{ClusterID: clusterID, ServerID: "s", Name: "agent-0", CredentialHash: "c", JoinTokenID: "j"},
 		domain.ServerCredentialRevoked{ClusterID: clusterID, ServerID: "s"},
+		domain.ServerConnected{ClusterID: clusterID, ServerID: "s", Version: "1.0.0", Arch: "amd64"},
+		domain.ServerDisconnected{ClusterID: clusterID, ServerID: "s", Reason: "connection lost"},
 		domain.ProjectCreated{ProjectID: projectID, OrgID: orgID, Name: "shop"},
 		domain.ProjectDeleted{ProjectID: projectID},
 		domain.EnvironmentCreated{EnvironmentID: stagingID, Name: "staging", ClusterID: clusterID},

@@ -130,6 +130,21 @@ type ServerCredentialRevoked struct {
 	ServerID  string `json:"serverId"`
 }
 
+// ServerConnected records an agent connecting to the control plane.
+type ServerConnected struct {
+	ClusterID string `json:"clusterId"`
+	ServerID  string `json:"serverId"`
+	Version   string `json:"version"`
+	Arch      string `json:"arch,omitempty"`
+}
+
+// ServerDisconnected records an agent's connection ending.
+type ServerDisconnected struct {
+	ClusterID string `json:"clusterId"`
+	ServerID  string `json:"serverId"`
+	Reason    string `json:"reason,omitempty"`
+}
+
 // Project streams: a project, its environments and services, their
 // configuration, releases, deployments and change sets.
 
@@ -318,6 +333,8 @@ func (JoinTokenIssued) EventType() string          { return "cluster.join_token.
 func (JoinTokenRevoked) EventType() string         { return "cluster.join_token.revoked" }
 func (ServerRegistered) EventType() string         { return "server.registered" }
 func (ServerCredentialRevoked) EventType() string  { return "server.credential.revoked" }
+func (ServerConnected) EventType() string          { return "server.connected" }
+func (ServerDisconnected) EventType() string       { return "server.disconnected" }
 func (ProjectCreated) EventType() string           { return "project.created" }
 func (ProjectDeleted) EventType() string           { return "project.deleted" }
 func (EnvironmentCreated) EventType() string       { return "environment.created" }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/nebulactrl/nebulactrl/agentlink"
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/config"
@@ -30,6 +31,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/pgcluster"
 	"github.com/nebulactrl/nebulactrl/projections"
 	"github.com/nebulactrl/nebulactrl/seal"
+	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 // Options are what the command line adds to the configuration.
@@ -42,6 +44,8 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// JobInterval overrides the interval of the periodic jobs (tests).
 	JobInterval time.Duration
+	// Now is the clock of the API and the agent link (tests inject one).
+	Now func() time.Time
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
@@ -108,6 +112,21 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		Pool: pool, Commands: cmd, Sealer: sealer, Changed: waker.Changed, Logger: log, Version: opts.Version,
 		Images:   image.NewResolver(image.Config{Insecure: cfg.InsecureRegistries}),
 		Registry: registry,
+		Now:      opts.Now,
+	})
+	if err != nil {
+		return err
+	}
+	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHub()
+	link, err := agentlink.New(agentlink.Config{Pool: pool, Commands: cmd, Secrets: sealer, Logger: log, Replica: replica, Now: opts.Now, Changed: waker.Changed})
+	if err != nil {
+		return err
+	}
+	hub, err := transport.NewHub(hubCtx, transport.HubConfig{
+		Authenticate: link.Authenticate, Heads: link.Heads, Fetch: link.Fetch,
+		OnHello: link.OnHello, OnHeartbeat: link.OnHeartbeat, OnAck: link.OnAck, OnDisconnect: link.OnDisconnect,
+		Logger: log,
 	})
 	if err != nil {
 		return err
@@ -124,6 +143,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		"waker":       waker.Run,
 		"projections": func(ctx context.Context) error { return proj.Run(ctx, waker.Subscribe()) },
 		"jobs":        sched.Run,
+		"agent-hub":   func(ctx context.Context) error { return refreshHub(ctx, hub, link, waker.Subscribe(), log) },
 	} {
 		wg.Add(1)
 		go func() {
@@ -146,6 +166,8 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	mux.HandleFunc("GET /readyz", readyz(pool))
 	mux.Handle("GET /metrics", a.MetricsHandler())
 	mux.Handle("/api/", a.Handler())
+	mux.Handle("GET "+transport.ConnectPath, hub)
+	mux.HandleFunc("POST "+transport.RegisterPath, link.Register)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
@@ -181,10 +203,48 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	log.Info("shutting down: letting requests in flight finish", "timeout", opts.ShutdownTimeout)
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opts.ShutdownTimeout)
 	defer cancel()
+	// Agents' connections are hijacked, so Shutdown does not wait for them:
+	// close them with a reason; the agents reconnect to another replica.
+	stopHub()
 	if err := srv.Shutdown(shutCtx); err != nil {
 		return fmt.Errorf("shutting down: %w", err)
 	}
+	hub.Wait()
 	return nil
+}
+
+// refreshHub pushes new revisions to this replica's agents whenever events
+// or projections commit anywhere, and drops agents whose credential was
+// revoked, on whichever replica it was revoked.
+func refreshHub(ctx context.Context, hub *transport.Hub, link *agentlink.Link, wake <-chan struct{}, log *slog.Logger) error {
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-tick.C:
+		}
+		if err := hub.Refresh(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("pushing revisions to agents", "err", err)
+		}
+		peers := hub.Connected()
+		if len(peers) == 0 {
+			continue
+		}
+		ids := make([]string, len(peers))
+		for i, p := range peers {
+			ids[i] = p.ServerID
+		}
+		revoked, err := link.Revoked(ctx, ids)
+		if err != nil {
+			continue
+		}
+		for _, id := range revoked {
+			hub.Disconnect(id, "the server's credential was revoked")
+		}
+	}
 }
 
 // replicaName names this process among the replicas: stable across restarts

@@ -41,6 +41,8 @@ type Options struct {
 	SecretKey   string
 	Insecure    []string
 	JobInterval time.Duration
+	// Now injects the clock of the API and the agent link.
+	Now func() time.Time
 }
 
 // Start starts a control plane for t.
@@ -65,7 +67,7 @@ func Start(t testing.TB, opts Options) *Server {
 	done := make(chan error, 1)
 	go func() {
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		done <- server.Run(ctx, cfg, server.Options{Version: "test", Logger: logger, Ready: func(addr string) { ready <- addr }, JobInterval: opts.JobInterval})
+		done <- server.Run(ctx, cfg, server.Options{Version: "test", Logger: logger, Ready: func(addr string) { ready <- addr }, JobInterval: opts.JobInterval, Now: opts.Now})
 	}()
 	var addr string
 	select {

@@ -1,0 +1,335 @@
+// Package agentlink connects the transport hub to the rest of the control
+// plane: agents register with a join token and authenticate with their own
+// credential, revisions are loaded and their secrets opened for delivery,
+// heartbeats and acknowledgements are kept as telemetry (not events), and
+// connects and disconnects are recorded for the audit log.
+package agentlink
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nebulactrl/nebulactrl/command"
+	"github.com/nebulactrl/nebulactrl/desiredstate"
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/projections"
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+// Opener opens a sealed secret value.
+type Opener interface {
+	Open(ctx context.Context, v domain.SealedValue) ([]byte, error)
+}
+
+// Config is what the link needs.
+type Config struct {
+	Pool     *pgxpool.Pool
+	Commands *command.Handler
+	Secrets  Opener
+	Logger   *slog.Logger
+	Now      func() time.Time
+	// Replica names this control-plane process in the telemetry.
+	Replica string
+	// Changed wakes a registration waiting for its server to be projected.
+	Changed func() <-chan struct{}
+}
+
+// Link implements the hub's callbacks.
+type Link struct {
+	cfg Config
+}
+
+// New returns a link.
+func New(cfg Config) (*Link, error) {
+	if cfg.Pool == nil || cfg.Commands == nil || cfg.Secrets == nil {
+		return nil, errors.New("agentlink: needs a database, a command handler and a secret opener")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Changed == nil {
+		never := make(chan struct{})
+		cfg.Changed = func() <-chan struct{} { return never }
+	}
+	return &Link{cfg: cfg}, nil
+}
+
+const credentialPrefix = "nbl_"
+
+func newCredential() (id, cred, hash string, err error) {
+	u := uuid.New()
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return "", "", "", err
+	}
+	s := base64.RawURLEncoding.EncodeToString(secret)
+	return u.String(), credentialPrefix + hex.EncodeToString(u[:]) + "_" + s, hashSecret(s), nil
+}
+
+func hashSecret(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// parseCredential splits nbl_<id>_<secret>, the shape of join tokens and
+// server credentials alike.
+func parseCredential(tok string) (id, secret string, ok bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(tok), credentialPrefix)
+	if !ok {
+		return "", "", false
+	}
+	hexID, secret, ok := strings.Cut(rest, "_")
+	if !ok || len(hexID) != 32 || len(secret) < 32 || len(secret) > 64 {
+		return "", "", false
+	}
+	raw, err := hex.DecodeString(hexID)
+	if err != nil {
+		return "", "", false
+	}
+	u, err := uuid.FromBytes(raw)
+	if err != nil {
+		return "", "", false
+	}
+	return u.String(), secret, true
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
+// Register exchanges a cluster's join token for a server credential of its own.
+func (l *Link) Register(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", "the request body is too large")
+		return
+	}
+	var req transport.RegisterRequest
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "the body must be {\"joinToken\", \"name\"}")
+		return
+	}
+	tokenID, secret, ok := parseCredential(req.JoinToken)
+	if !ok {
+		writeError(w, http.StatusUnauthorized, "unauthorized", "the join token is malformed")
+		return
+	}
+	var clusterID, orgID, hash string
+	err = l.cfg.Pool.QueryRow(ctx, `SELECT cluster_id::text, org_id::text, token_hash FROM cluster_join_tokens WHERE id = $1`, tokenID).
+		Scan(&clusterID, &orgID, &hash)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && subtle.ConstantTimeCompare([]byte(hash), []byte(hashSecret(secret))) != 1) {
+		writeError(w, http.StatusUnauthorized, "unauthorized", "the join token is not valid")
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "database_unavailable", "try again shortly")
+		return
+	}
+	serverID, cred, credHash, err := newCredential()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+		return
+	}
+	actor := domain.Actor{Kind: domain.ActorAgent, ID: serverID, Name: req.Name}
+	res, err := l.cfg.Commands.Cluster(ctx, command.Context{Actor: actor}, orgID, clusterID,
+		domain.RegisterServer{ServerID: serverID, Name: req.Name, CredentialHash: credHash, JoinTokenID: tokenID})
+	switch {
+	case errors.Is(err, domain.ErrForbidden):
+		writeError(w, http.StatusUnauthorized, "unauthorized", "the join token expired or was revoked")
+		return
+	case errors.Is(err, domain.ErrInvalid):
+		writeError(w, http.StatusUnprocessableEntity, "validation_failed", strings.TrimPrefix(err.Error(), "invalid: "))
+		return
+	case errors.Is(err, domain.ErrConflict):
+		writeError(w, http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "conflict: "))
+		return
+	case err != nil:
+		l.cfg.Logger.Error("registering a server", "err", err)
+		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+		return
+	}
+	// The agent connects right after: its credential must be readable then.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := projections.WaitFor(wctx, l.cfg.Pool, res.Last, l.cfg.Changed); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "the registration is not visible yet; try again")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(transport.RegisterResponse{ServerID: serverID, ClusterID: clusterID, Credential: cred})
+}
+
+// Authenticate checks an agent's credential, in constant time.
+func (l *Link) Authenticate(r *http.Request) (transport.Peer, error) {
+	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return transport.Peer{}, errors.New("the agent needs its credential: Authorization: Bearer <credential>")
+	}
+	id, secret, ok := parseCredential(raw)
+	if !ok {
+		return transport.Peer{}, errors.New("the credential is malformed")
+	}
+	var p transport.Peer
+	var hash string
+	var revoked bool
+	err := l.cfg.Pool.QueryRow(r.Context(), `SELECT s.id::text, s.cluster_id::text, s.org_id::text, s.name, s.credential_hash, s.revoked_at IS NOT NULL
+		FROM servers s WHERE s.id = $1`, id).Scan(&p.ServerID, &p.ClusterID, &p.OrgID, &p.Name, &hash, &revoked)
+	if err != nil {
+		return transport.Peer{}, errors.New("the credential is not valid")
+	}
+	if subtle.ConstantTimeCompare([]byte(hash), []byte(hashSecret(secret))) != 1 {
+		return transport.Peer{}, errors.New("the credential is not valid")
+	}
+	if revoked {
+		return transport.Peer{}, errors.New("the credential was revoked")
+	}
+	return p, nil
+}
+
+// Heads returns the latest revision of every environment of the clusters.
+func (l *Link) Heads(ctx context.Context, clusterIDs []string) (map[string][]transport.Head, error) {
+	rows, err := l.cfg.Pool.Query(ctx, `SELECT e.cluster_id::text, r.environment_id::text, max(r.number)
+		FROM revisions r JOIN environments e ON e.id = r.environment_id
+		WHERE e.cluster_id = ANY($1::uuid[]) GROUP BY 1, 2`, clusterIDs)
+	if err != nil {
+		return nil, fmt.Errorf("latest revisions: %w", err)
+	}
+	defer rows.Close()
+	out := map[string][]transport.Head{}
+	for rows.Next() {
+		var cluster string
+		var h transport.Head
+		if err := rows.Scan(&cluster, &h.EnvironmentID, &h.Revision); err != nil {
+			return nil, err
+		}
+		out[cluster] = append(out[cluster], h)
+	}
+	return out, rows.Err()
+}
+
+// Fetch loads a revision and opens its secrets for delivery. A secret that
+// cannot be opened holds its service (the compiler holds those it knows of;
+// this covers a key lost after compiling).
+func (l *Link) Fetch(ctx context.Context, envID string, revision int) (transport.DesiredState, error) {
+	var hash string
+	var raw []byte
+	err := l.cfg.Pool.QueryRow(ctx, `SELECT hash, document FROM revisions WHERE environment_id = $1 AND number = $2`, envID, revision).Scan(&hash, &raw)
+	if err != nil {
+		return transport.DesiredState{}, fmt.Errorf("revision %d of %s: %w", revision, envID, err)
+	}
+	doc, err := desiredstate.Decode(raw)
+	if err != nil {
+		return transport.DesiredState{}, fmt.Errorf("revision %d of %s: %w", revision, envID, err)
+	}
+	for i := range doc.Services {
+		s := &doc.Services[i]
+		for j := range s.Variables {
+			v := &s.Variables[j]
+			if v.Secret == nil {
+				continue
+			}
+			plain, err := l.cfg.Secrets.Open(ctx, domain.SealedValue{DataKeyID: v.Secret.DataKeyID, Ciphertext: v.Secret.Ciphertext})
+			if err != nil {
+				*s = desiredstate.Service{ID: s.ID, Name: s.Name, Held: true, HeldReason: fmt.Sprintf("secret %s cannot be opened: %v", v.Name, err)}
+				break
+			}
+			v.Value, v.Secret = string(plain), nil
+		}
+	}
+	return transport.DesiredState{EnvironmentID: envID, Revision: revision, Hash: hash, Document: doc}, nil
+}
+
+func (l *Link) record(ctx context.Context, p transport.Peer, cmd domain.RecordConnection) {
+	actor := domain.Actor{Kind: domain.ActorAgent, ID: p.ServerID, Name: p.Name}
+	if _, err := l.cfg.Commands.Cluster(ctx, command.Context{Actor: actor}, p.OrgID, p.ClusterID, cmd); err != nil {
+		l.cfg.Logger.Warn("recording an agent connection", "server", p.Name, "err", err)
+	}
+}
+
+// OnHello records the connection.
+func (l *Link) OnHello(ctx context.Context, p transport.Peer, h transport.Hello) {
+	now := l.cfg.Now().UTC()
+	facts, _ := json.Marshal(h.Facts)
+	if _, err := l.cfg.Pool.Exec(ctx, `INSERT INTO server_status (server_id, org_id, cluster_id, replica, version, arch, facts, leader, connected, connected_at, last_heartbeat_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, true, $9, $9)
+		ON CONFLICT (server_id) DO UPDATE SET replica = EXCLUDED.replica, version = EXCLUDED.version, arch = EXCLUDED.arch,
+			facts = EXCLUDED.facts, leader = EXCLUDED.leader, connected = true, connected_at = EXCLUDED.connected_at,
+			last_heartbeat_at = EXCLUDED.last_heartbeat_at`,
+		p.ServerID, p.OrgID, p.ClusterID, l.cfg.Replica, truncate(h.Version, 64), truncate(h.Arch, 16), facts, h.Facts.Leader, now); err != nil {
+		l.cfg.Logger.Warn("recording an agent's hello", "server", p.Name, "err", err)
+	}
+	l.record(ctx, p, domain.RecordConnection{ServerID: p.ServerID, Connected: true, Version: truncate(h.Version, 64), Arch: truncate(h.Arch, 16)})
+}
+
+// OnHeartbeat keeps the server's last-seen time: telemetry, not an event.
+func (l *Link) OnHeartbeat(ctx context.Context, p transport.Peer, h transport.Heartbeat) {
+	if _, err := l.cfg.Pool.Exec(ctx, `UPDATE server_status SET last_heartbeat_at = $2, leader = $3, connected = true WHERE server_id = $1`,
+		p.ServerID, l.cfg.Now().UTC(), h.Leader); err != nil {
+		l.cfg.Logger.Warn("recording a heartbeat", "server", p.Name, "err", err)
+	}
+}
+
+// OnAck keeps each server's last acknowledgement of each environment.
+func (l *Link) OnAck(ctx context.Context, p transport.Peer, a transport.Ack) {
+	if domain.ValidateID("environment", a.EnvironmentID) != nil {
+		return
+	}
+	services, _ := json.Marshal(a.Services)
+	if _, err := l.cfg.Pool.Exec(ctx, `INSERT INTO revision_acks (environment_id, server_id, org_id, revision, hash, ignored, services, acked_at)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM environments WHERE id = $1 AND cluster_id = $9)
+		ON CONFLICT (environment_id, server_id) DO UPDATE SET revision = EXCLUDED.revision, hash = EXCLUDED.hash,
+			ignored = EXCLUDED.ignored, services = EXCLUDED.services, acked_at = EXCLUDED.acked_at`,
+		a.EnvironmentID, p.ServerID, p.OrgID, a.Revision, truncate(a.Hash, 100), a.Ignored, services, l.cfg.Now().UTC(), p.ClusterID); err != nil {
+		l.cfg.Logger.Warn("recording an acknowledgement", "server", p.Name, "err", err)
+	}
+}
+
+// OnDisconnect records that the connection ended.
+func (l *Link) OnDisconnect(ctx context.Context, p transport.Peer, reason string) {
+	if _, err := l.cfg.Pool.Exec(ctx, `UPDATE server_status SET connected = false WHERE server_id = $1 AND replica = $2`, p.ServerID, l.cfg.Replica); err != nil {
+		l.cfg.Logger.Warn("recording a disconnect", "server", p.Name, "err", err)
+	}
+	l.record(ctx, p, domain.RecordConnection{ServerID: p.ServerID, Connected: false, Reason: truncate(reason, 200)})
+}
+
+// Revoked returns which of the servers have had their credential revoked, so
+// every replica can drop them at once.
+func (l *Link) Revoked(ctx context.Context, serverIDs []string) ([]string, error) {
+	rows, err := l.cfg.Pool.Query(ctx, `SELECT id::text FROM servers WHERE id = ANY($1::uuid[]) AND revoked_at IS NOT NULL`, serverIDs)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
