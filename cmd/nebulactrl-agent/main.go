@@ -1,0 +1,171 @@
+// Command nebulactrl-agent is NebulaCtrl's agent: it runs in each cluster (a
+// StatefulSet of two replicas in nebula-system) or on a host under systemd,
+// opens the connection to the control plane itself and makes the cluster
+// match the desired state it receives.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nebulactrl/nebulactrl/agent"
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+// version is set at build time: -ldflags "-X main.version=1.5.0".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nebulactrl-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintln(c.App.Writer, c.App.Version) }
+	app := &cli.App{
+		Name:      "nebulactrl-agent",
+		Usage:     "the NebulaCtrl agent: keeps a cluster matching the control plane's desired state",
+		Version:   version,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Description: `The agent connects out to the control plane (no inbound port), registers once
+with the cluster's join token and keeps its own credential afterwards.
+
+Example (in a cluster, as the install manifest runs it):
+   nebulactrl-agent --url https://nebula.example.com --join-token-file /etc/nebulactrl/join-token \
+     --credential-secret nebulactrl-agent-0 --lease-name nebulactrl-agent`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "url", Usage: "the control plane's public URL (https://...)", EnvVars: []string{"NEBULACTRL_URL"}, Required: true},
+			&cli.StringFlag{Name: "join-token", Usage: "the cluster's join token (first start only)", EnvVars: []string{"NEBULACTRL_JOIN_TOKEN"}},
+			&cli.StringFlag{Name: "join-token-file", Usage: "read the join token from this file", EnvVars: []string{"NEBULACTRL_JOIN_TOKEN_FILE"}},
+			&cli.StringFlag{Name: "name", Usage: "this server's stable name (default: the pod or host name)", EnvVars: []string{"NEBULACTRL_SERVER_NAME", "POD_NAME"}},
+			&cli.StringFlag{Name: "namespace", Usage: "the agent's own namespace", Value: "nebula-system", EnvVars: []string{"POD_NAMESPACE"}},
+			&cli.StringFlag{Name: "credential-secret", Usage: "keep the credential in this Secret of --namespace (in-cluster)", EnvVars: []string{"NEBULACTRL_CREDENTIAL_SECRET"}},
+			&cli.StringFlag{Name: "state-dir", Usage: "keep the credential in this directory (on a host)", Value: "/var/lib/nebulactrl-agent", EnvVars: []string{"NEBULACTRL_STATE_DIR"}},
+			&cli.StringFlag{Name: "ca-bundle", Usage: "also trust the CAs in this PEM file (besides the system roots)", EnvVars: []string{"NEBULACTRL_CA_BUNDLE"}},
+			&cli.BoolFlag{Name: "insecure-plain-http", Usage: "allow an http:// URL: loopback development only"},
+			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster configuration)", EnvVars: []string{"KUBECONFIG"}},
+			&cli.StringFlag{Name: "lease-name", Usage: "leader election Lease in --namespace; empty: this agent always reconciles", EnvVars: []string{"NEBULACTRL_LEASE_NAME"}},
+			&cli.DurationFlag{Name: "lease-duration", Value: 15 * time.Second, Usage: "leader election lease duration"},
+			&cli.DurationFlag{Name: "renew-deadline", Value: 10 * time.Second, Usage: "leader election renew deadline"},
+			&cli.DurationFlag{Name: "retry-period", Value: 2 * time.Second, Usage: "leader election retry period"},
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"NEBULACTRL_LOG_LEVEL"}},
+		},
+		Action: func(c *cli.Context) error { return serve(c) },
+	}
+	return app.RunContext(ctx, args)
+}
+
+func serve(c *cli.Context) error {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.String("log-level")))
+	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	restCfg, err := kubeConfig(c.String("kubeconfig"))
+	if err != nil {
+		return err
+	}
+	restCfg.UserAgent = "nebulactrl-agent/" + version
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	name := c.String("name")
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f := c.String("ca-bundle"); f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("reading the CA bundle: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("the CA bundle %s holds no PEM certificate", f)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	var store agent.CredentialStore = agent.FileStore{Path: filepath.Join(c.String("state-dir"), "credential")}
+	if s := c.String("credential-secret"); s != "" {
+		store = agent.SecretStore{Client: client, Namespace: c.String("namespace"), Name: s}
+	}
+	cred, err := store.Load(c.Context)
+	if err != nil {
+		return err
+	}
+	if cred == "" {
+		token := c.String("join-token")
+		if f := c.String("join-token-file"); token == "" && f != "" {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return fmt.Errorf("reading the join token: %w", err)
+			}
+			token = string(b)
+		}
+		if token == "" {
+			return errors.New("no credential yet and no join token: give --join-token (from nebula cluster create) on the first start")
+		}
+		reg, err := transport.Register(c.Context, c.String("url"), tlsCfg, transport.RegisterRequest{JoinToken: trim(token), Name: name})
+		if err != nil {
+			return err
+		}
+		if err := store.Save(c.Context, reg.Credential); err != nil {
+			return err
+		}
+		log.Info("registered with the control plane", "server_id", reg.ServerID, "name", name)
+		cred = reg.Credential
+	}
+	a, err := agent.New(agent.Config{
+		Link:     transport.ClientConfig{URL: c.String("url"), Credential: cred, TLS: tlsCfg, AllowPlain: c.Bool("insecure-plain-http"), Logger: log},
+		Client:   client,
+		Version:  version,
+		Identity: name, LeaseNamespace: c.String("namespace"), LeaseName: c.String("lease-name"),
+		LeaseDuration: c.Duration("lease-duration"), RenewDeadline: c.Duration("renew-deadline"), RetryPeriod: c.Duration("retry-period"),
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	return a.Run(c.Context)
+}
+
+func trim(s string) string {
+	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == ' ' || s[len(s)-1] == '\r') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func kubeConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no in-cluster Kubernetes configuration (give --kubeconfig outside a cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	return clientcmd.BuildConfigFromFlags("", path)
+}
