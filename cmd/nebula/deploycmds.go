@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strconv"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
+	"github.com/nebulactrl/nebulactrl/install"
 	"github.com/nebulactrl/nebulactrl/projections"
 	"github.com/nebulactrl/nebulactrl/query"
 )
@@ -393,6 +396,66 @@ Example:
 						rows = append(rows, []string{c.Name, strconv.Itoa(c.Servers), when(c.CreatedAt)})
 					}
 					x.table("NAME\tSERVERS\tCREATED", rows)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "manifest", usage: "print what installs the agent: the Kubernetes manifest, or a systemd unit with --host", argsUsage: shapeCluster,
+			description: `Issues a new join token and prints the install manifest of the cluster's agent:
+namespaces nebula-system and nebula-build, least-privilege RBAC, the join token Secret,
+a StatefulSet of two agent replicas (leader election on a Lease) and a PodDisruptionBudget.
+With --host it prints a systemd unit and its environment file instead. The output holds
+the join token: treat it like a password.
+
+Example:
+   nebula cluster manifest acme/eu-1 | kubectl apply -f -
+   nebula cluster manifest acme/eu-1 --host`,
+			flags: []cli.Flag{hours(),
+				&cli.BoolFlag{Name: "host", Usage: "print a systemd unit for an agent on a host"},
+				&cli.StringFlag{Name: "image", Usage: "the agent image", Value: install.DefaultImage(version)},
+				&cli.StringFlag{Name: "ca-bundle", Usage: "a PEM file of CAs the agents trust besides the system roots"},
+				&cli.StringFlag{Name: "public-url", Usage: "the URL agents reach the control plane at (default: the one you use)"}},
+			nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeCluster)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				opts := install.Options{ControlPlaneURL: cl.URL(), Image: x.String("image"), Cluster: a.String()}
+				if u := x.String("public-url"); u != "" {
+					opts.ControlPlaneURL = u
+				}
+				if f := x.String("ca-bundle"); f != "" {
+					b, err := os.ReadFile(f)
+					if err != nil {
+						return fmt.Errorf("reading the CA bundle: %w", err)
+					}
+					opts.CABundle = string(b)
+				}
+				var t api.CreatedJoinToken
+				return x.read(func(ctx context.Context) (err error) {
+					t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, api.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
+					return
+				}, func() error {
+					opts.JoinToken = t.Token
+					if x.Bool("host") {
+						unit, env, err := install.SystemdUnit(opts)
+						if err != nil {
+							return err
+						}
+						x.printf("%s\n%s", unit, env)
+						return nil
+					}
+					m, err := install.Manifest(opts)
+					if err != nil {
+						return err
+					}
+					x.printf("%s", m)
 					return nil
 				})
 			},

@@ -55,7 +55,7 @@ Example (in a cluster, as the install manifest runs it):
    nebulactrl-agent --url https://nebula.example.com --join-token-file /etc/nebulactrl/join-token \
      --credential-secret nebulactrl-agent-0 --lease-name nebulactrl-agent`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "url", Usage: "the control plane's public URL (https://...)", EnvVars: []string{"NEBULACTRL_URL"}, Required: true},
+			&cli.StringFlag{Name: "url", Usage: "the control plane's public URL (https://...)", EnvVars: []string{"NEBULACTRL_URL"}},
 			&cli.StringFlag{Name: "join-token", Usage: "the cluster's join token (first start only)", EnvVars: []string{"NEBULACTRL_JOIN_TOKEN"}},
 			&cli.StringFlag{Name: "join-token-file", Usage: "read the join token from this file", EnvVars: []string{"NEBULACTRL_JOIN_TOKEN_FILE"}},
 			&cli.StringFlag{Name: "name", Usage: "this server's stable name (default: the pod or host name)", EnvVars: []string{"NEBULACTRL_SERVER_NAME", "POD_NAME"}},
@@ -72,11 +72,43 @@ Example (in a cluster, as the install manifest runs it):
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"NEBULACTRL_LOG_LEVEL"}},
 		},
 		Action: func(c *cli.Context) error { return serve(c) },
+		Commands: []*cli.Command{{
+			Name:      "seed",
+			Usage:     "copy this binary to a path (the install manifest's init container seeds the pod volume with it)",
+			ArgsUsage: "DEST",
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return errors.New("want the destination path")
+				}
+				return seed(c.Args().First())
+			},
+		}},
 	}
 	return app.RunContext(ctx, args)
 }
 
+// seed copies the running binary to dest atomically: the path holds a whole
+// binary at every moment.
+func seed(dest string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", self, err)
+	}
+	tmp := dest + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	return os.Rename(tmp, dest)
+}
+
 func serve(c *cli.Context) error {
+	if c.String("url") == "" {
+		return errors.New("--url (or NEBULACTRL_URL) is required: the control plane's public URL")
+	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.String("log-level")))
 	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
