@@ -41,9 +41,9 @@ type Config struct {
 	Identity string
 	// LeaseNamespace and LeaseName locate the leader election Lease; an
 	// empty LeaseName makes this agent the leader outright (a host agent).
-	LeaseNamespace, LeaseName string
+	LeaseNamespace, LeaseName                 string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	Logger                                   *slog.Logger
+	Logger                                    *slog.Logger
 }
 
 // Agent runs the link and the reconciler.
@@ -220,4 +220,3 @@ func (a *Agent) apply(ctx context.Context, ds transport.DesiredState) transport.
 	}
 	return ack
 }
-
