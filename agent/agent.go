@@ -43,7 +43,9 @@ type Config struct {
 	// empty LeaseName makes this agent the leader outright (a host agent).
 	LeaseNamespace, LeaseName                 string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	Logger                                    *slog.Logger
+	// ReportEvery is how often the leader reports status (default 30 s).
+	ReportEvery time.Duration
+	Logger      *slog.Logger
 }
 
 // Agent runs the link and the reconciler.
@@ -57,6 +59,9 @@ type Agent struct {
 	// keeps it, so that it can apply at once when it becomes the leader.
 	latest map[string]transport.DesiredState
 	kick   chan struct{}
+
+	outbox  chan transport.Report
+	dropped atomic.Int64
 }
 
 // New returns an agent.
@@ -70,6 +75,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Identity == "" {
 		cfg.Identity, _ = os.Hostname()
 	}
+	if cfg.ReportEvery == 0 {
+		cfg.ReportEvery = 30 * time.Second
+	}
 	if cfg.LeaseDuration == 0 {
 		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
 	}
@@ -77,7 +85,8 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, rec: rec, latest: map[string]transport.DesiredState{}, kick: make(chan struct{}, 1)}
+	a := &Agent{cfg: cfg, rec: rec, latest: map[string]transport.DesiredState{}, kick: make(chan struct{}, 1), outbox: make(chan transport.Report, 256)}
+	cfg.Link.Outbox = a.outbox
 	cfg.Link.Hello = a.hello
 	cfg.Link.Apply = a.apply
 	cfg.Link.Leader = a.leader.Load
@@ -103,8 +112,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.elect(ctx) }()
 	}
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); a.catchUp(ctx) }()
+	go func() { defer wg.Done(); a.reportLoop(ctx) }()
 	err = client.Run(ctx)
 	cancel()
 	wg.Wait()

@@ -29,6 +29,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/projections"
+	"github.com/nebulactrl/nebulactrl/telemetry"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -48,6 +49,8 @@ type Config struct {
 	Replica string
 	// Changed wakes a registration waiting for its server to be projected.
 	Changed func() <-chan struct{}
+	// Telemetry keeps the agents' reports and logs.
+	Telemetry *telemetry.Store
 }
 
 // Link implements the hub's callbacks.
@@ -306,6 +309,26 @@ func (l *Link) OnAck(ctx context.Context, p transport.Peer, a transport.Ack) {
 			ignored = EXCLUDED.ignored, services = EXCLUDED.services, acked_at = EXCLUDED.acked_at`,
 		a.EnvironmentID, p.ServerID, p.OrgID, a.Revision, truncate(a.Hash, 100), a.Ignored, services, l.cfg.Now().UTC(), p.ClusterID); err != nil {
 		l.cfg.Logger.Warn("recording an acknowledgement", "server", p.Name, "err", err)
+	}
+}
+
+// OnStatus keeps the cluster's report of nodes, workloads and warnings.
+func (l *Link) OnStatus(ctx context.Context, p transport.Peer, st transport.Status) {
+	if l.cfg.Telemetry == nil {
+		return
+	}
+	if err := l.cfg.Telemetry.SaveStatus(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, st); err != nil {
+		l.cfg.Logger.Warn("saving a status report", "server", p.Name, "err", err)
+	}
+}
+
+// OnLogs keeps a batch of container log lines.
+func (l *Link) OnLogs(ctx context.Context, p transport.Peer, lg transport.Logs) {
+	if l.cfg.Telemetry == nil || domain.ValidateID("environment", lg.EnvironmentID) != nil {
+		return
+	}
+	if err := l.cfg.Telemetry.SaveLogs(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, lg); err != nil {
+		l.cfg.Logger.Warn("saving log lines", "server", p.Name, "err", err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/image"
 	"github.com/nebulactrl/nebulactrl/projections"
+	"github.com/nebulactrl/nebulactrl/telemetry"
 )
 
 // Sealer seals secret values before they become part of a command.
@@ -47,6 +48,8 @@ type Config struct {
 	SessionTTL time.Duration
 	// ConsistencyTimeout bounds how long a write waits for its projection.
 	ConsistencyTimeout time.Duration
+	// Telemetry reads the agents' reports and logs.
+	Telemetry *telemetry.Store
 }
 
 // Validate joins every problem with the configuration.

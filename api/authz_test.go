@@ -19,6 +19,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/pgtest"
 	"github.com/nebulactrl/nebulactrl/seal"
 	"github.com/nebulactrl/nebulactrl/servertest"
+	"github.com/nebulactrl/nebulactrl/telemetry"
 )
 
 // routes returns the route table of an API built on a scratch database.
@@ -31,7 +32,7 @@ func routes(t *testing.T) []api.RouteInfo {
 	k, _ := seal.GenerateMasterKey()
 	mk, err := seal.ParseMasterKey(k)
 	require.NoError(t, err)
-	a, err := api.New(api.Config{Pool: pool, Commands: cmd, Sealer: seal.New(pool, mk, nil), Images: image.NewResolver(image.Config{})})
+	a, err := api.New(api.Config{Pool: pool, Commands: cmd, Sealer: seal.New(pool, mk, nil), Images: image.NewResolver(image.Config{}), Telemetry: telemetry.New(pool, nil)})
 	require.NoError(t, err)
 	return a.Routes()
 }

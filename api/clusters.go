@@ -178,3 +178,8 @@ func (a *API) listServers(w http.ResponseWriter, r *http.Request, c *call) (int,
 	s, err := query.Servers(r.Context(), a.pool, c.cluster.ID)
 	return http.StatusOK, s, err
 }
+
+func (a *API) nodes(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	n, err := query.Nodes(r.Context(), a.pool, c.cluster.ID)
+	return http.StatusOK, n, err
+}

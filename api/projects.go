@@ -15,6 +15,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/projections"
 	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/telemetry"
 )
 
 // CreateProjectRequest creates a project.
@@ -606,4 +607,36 @@ func sortedNames(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// LogPage is a page of a service's container logs; pass NextCursor as
+// ?cursor= to follow.
+type LogPage struct {
+	Lines      []telemetry.LogLine `json:"lines"`
+	NextCursor int64               `json:"nextCursor"`
+}
+
+func (a *API) logs(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	limit, err := intQuery(r, "limit", 200, 1, 5000)
+	if err != nil {
+		return 0, nil, err
+	}
+	after, err := intQuery(r, "cursor", 0, 0, 1<<62)
+	if err != nil {
+		return 0, nil, err
+	}
+	lines, err := a.cfg.Telemetry.Logs(r.Context(), c.env.ID, c.service.Name, int64(after), limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	next := int64(after)
+	if len(lines) > 0 {
+		next = lines[len(lines)-1].ID
+	}
+	return http.StatusOK, LogPage{Lines: lines, NextCursor: next}, nil
+}
+
+func (a *API) workloads(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	ws, err := query.Workloads(r.Context(), a.pool, c.env.ID)
+	return http.StatusOK, ws, err
 }

@@ -277,3 +277,14 @@ func (c *Client) RejectChangeSet(ctx context.Context, org, project, env, id, rea
 		in: api.ChangeSetDecision{Reason: reason}}, &out)
 	return out, err
 }
+
+// Logs reads a service's container logs after cursor (0: the latest lines).
+func (c *Client) Logs(ctx context.Context, org, project, env, service string, cursor int64, limit int) (api.LogPage, error) {
+	q := url.Values{"cursor": {strconv.FormatInt(cursor, 10)}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out api.LogPage
+	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/logs", query: q}, &out)
+	return out, err
+}

@@ -69,3 +69,60 @@ func Acknowledgements(ctx context.Context, q eventstore.Querier, envID string) (
 	}
 	return out, rows.Err()
 }
+
+// Workload is what an agent reports of one process of one release.
+type Workload struct {
+	Service   string    `json:"service"`
+	Release   int       `json:"release"`
+	Process   string    `json:"process"`
+	Desired   int       `json:"desired"`
+	Ready     int       `json:"ready"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Workloads lists an environment's reported workloads.
+func Workloads(ctx context.Context, q eventstore.Querier, envID string) ([]Workload, error) {
+	rows, err := q.Query(ctx, `SELECT service, release, process, desired, ready, updated_at FROM workload_status
+		WHERE environment_id::text = $1 ORDER BY service, release, process`, envID)
+	if err != nil {
+		return nil, fmt.Errorf("workloads of %s: %w", envID, err)
+	}
+	defer rows.Close()
+	out := []Workload{}
+	for rows.Next() {
+		var w Workload
+		if err := rows.Scan(&w.Service, &w.Release, &w.Process, &w.Desired, &w.Ready, &w.UpdatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// Node is a reported node.
+type Node struct {
+	Name      string            `json:"name"`
+	Ready     bool              `json:"ready"`
+	CPU       string            `json:"cpu"`
+	Memory    string            `json:"memory"`
+	Versions  map[string]string `json:"versions"`
+	UpdatedAt time.Time         `json:"updatedAt"`
+}
+
+// Nodes lists a cluster's reported nodes.
+func Nodes(ctx context.Context, q eventstore.Querier, clusterID string) ([]Node, error) {
+	rows, err := q.Query(ctx, `SELECT name, ready, cpu, memory, versions, updated_at FROM node_status WHERE cluster_id::text = $1 ORDER BY name`, clusterID)
+	if err != nil {
+		return nil, fmt.Errorf("nodes of %s: %w", clusterID, err)
+	}
+	defer rows.Close()
+	out := []Node{}
+	for rows.Next() {
+		var n Node
+		if err := rows.Scan(&n.Name, &n.Ready, &n.CPU, &n.Memory, &n.Versions, &n.UpdatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}

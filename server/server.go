@@ -31,6 +31,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/pgcluster"
 	"github.com/nebulactrl/nebulactrl/projections"
 	"github.com/nebulactrl/nebulactrl/seal"
+	"github.com/nebulactrl/nebulactrl/telemetry"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -105,33 +106,39 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	replica := replicaName(ln.Addr().String())
+	tel := telemetry.New(pool, opts.Now)
+	if err := tel.EnsurePartitions(ctx); err != nil {
+		return err
+	}
 	waker := store.NewWaker(replica, projections.ProjectedChannel)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a, err := api.New(api.Config{
 		Pool: pool, Commands: cmd, Sealer: sealer, Changed: waker.Changed, Logger: log, Version: opts.Version,
-		Images:   image.NewResolver(image.Config{Insecure: cfg.InsecureRegistries}),
-		Registry: registry,
-		Now:      opts.Now,
+		Images:    image.NewResolver(image.Config{Insecure: cfg.InsecureRegistries}),
+		Registry:  registry,
+		Now:       opts.Now,
+		Telemetry: tel,
 	})
 	if err != nil {
 		return err
 	}
 	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHub()
-	link, err := agentlink.New(agentlink.Config{Pool: pool, Commands: cmd, Secrets: sealer, Logger: log, Replica: replica, Now: opts.Now, Changed: waker.Changed})
+	link, err := agentlink.New(agentlink.Config{Pool: pool, Commands: cmd, Secrets: sealer, Logger: log, Replica: replica, Now: opts.Now, Changed: waker.Changed, Telemetry: tel})
 	if err != nil {
 		return err
 	}
 	hub, err := transport.NewHub(hubCtx, transport.HubConfig{
 		Authenticate: link.Authenticate, Heads: link.Heads, Fetch: link.Fetch,
 		OnHello: link.OnHello, OnHeartbeat: link.OnHeartbeat, OnAck: link.OnAck, OnDisconnect: link.OnDisconnect,
+		OnStatus: link.OnStatus, OnLogs: link.OnLogs,
 		Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-	sched, err := jobs.New(jobs.Config{Pool: pool, Replica: replica, Logger: log, Jobs: backgroundJobs(store, pool, opts.JobInterval)})
+	sched, err := jobs.New(jobs.Config{Pool: pool, Replica: replica, Logger: log, Jobs: backgroundJobs(store, pool, tel, opts.JobInterval)})
 	if err != nil {
 		return err
 	}
@@ -325,7 +332,7 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func backgroundJobs(store *eventstore.Store, pool *pgxpool.Pool, every time.Duration) []jobs.Job {
+func backgroundJobs(store *eventstore.Store, pool *pgxpool.Pool, tel *telemetry.Store, every time.Duration) []jobs.Job {
 	interval := func(d time.Duration) time.Duration {
 		if every > 0 {
 			return every
@@ -346,5 +353,13 @@ func backgroundJobs(store *eventstore.Store, pool *pgxpool.Pool, every time.Dura
 		{Name: "prune-idempotency-keys", Interval: interval(time.Hour), Run: exec(`DELETE FROM idempotency_keys WHERE created_at < now() - interval '24 hours'`)},
 		{Name: "prune-login-attempts", Interval: interval(time.Hour), Run: exec(`DELETE FROM login_attempts WHERE window_start < now() - interval '1 day'`)},
 		{Name: "prune-job-runs", Interval: interval(24 * time.Hour), Run: exec(`DELETE FROM job_runs WHERE ran_at < now() - interval '7 days'`)},
+		// Logs older than 7 days go with their daily partition.
+		{Name: "rotate-log-partitions", Interval: interval(time.Hour), Run: func(ctx context.Context) error {
+			if err := tel.EnsurePartitions(ctx); err != nil {
+				return err
+			}
+			_, err := tel.DropExpired(ctx)
+			return err
+		}},
 	}
 }

@@ -43,6 +43,15 @@ type ClientConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 	// OnConnected is told of each welcome (tests, status).
 	OnConnected func(Welcome)
+	// Outbox carries reports (status, logs) to send while connected; frames
+	// queued while disconnected wait, up to its capacity.
+	Outbox <-chan Report
+}
+
+// Report is a frame the agent sends on its own: a status or a log batch.
+type Report struct {
+	Type    string
+	Payload any
 }
 
 // Client keeps the agent connected.
@@ -173,7 +182,8 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 	defer cancel()
 	work := make(chan DesiredState, 16)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() { defer wg.Done(); c.reports(sctx, cn) }()
 	go func() { defer wg.Done(); c.heartbeats(sctx, cn) }()
 	go func() { defer wg.Done(); c.applier(sctx, cn, work) }()
 	defer wg.Wait()
@@ -215,6 +225,29 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 		default:
 			cn.close(websocket.ClosePolicyViolation, "unknown frame type")
 			return true, fmt.Errorf("%w: unknown frame type %q", ErrMalformed, truncate(env.Type, 40))
+		}
+	}
+}
+
+// reports forwards the agent's reports while the connection lasts.
+func (c *Client) reports(ctx context.Context, cn *conn) {
+	if c.cfg.Outbox == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cn.closed():
+			return
+		case r := <-c.cfg.Outbox:
+			frame, err := Encode(r.Type, "", r.Payload)
+			if err != nil {
+				continue
+			}
+			if cn.send(frame) != nil {
+				return
+			}
 		}
 	}
 }

@@ -38,6 +38,8 @@ type HubConfig struct {
 	OnHello      func(ctx context.Context, p Peer, h Hello)
 	OnHeartbeat  func(ctx context.Context, p Peer, h Heartbeat)
 	OnAck        func(ctx context.Context, p Peer, a Ack)
+	OnStatus     func(ctx context.Context, p Peer, s Status)
+	OnLogs       func(ctx context.Context, p Peer, l Logs)
 	OnDisconnect func(ctx context.Context, p Peer, reason string)
 	Logger       *slog.Logger
 	// ReadTimeout closes a connection that sent nothing (not even a pong) for
@@ -230,6 +232,22 @@ func (h *Hub) readLoop(ctx context.Context, ac *agentConn) string {
 			ac.mu.Unlock()
 			if h.cfg.OnAck != nil {
 				h.cfg.OnAck(ctx, *ac.peer, a)
+			}
+		case TypeStatus:
+			var st Status
+			if err := DecodePayload(env, &st); err != nil {
+				return err.Error()
+			}
+			if h.cfg.OnStatus != nil {
+				h.cfg.OnStatus(ctx, *ac.peer, st)
+			}
+		case TypeLogs:
+			var l Logs
+			if err := DecodePayload(env, &l); err != nil {
+				return err.Error()
+			}
+			if h.cfg.OnLogs != nil {
+				h.cfg.OnLogs(ctx, *ac.peer, l)
 			}
 		default:
 			return fmt.Sprintf("unknown frame type %q", truncate(env.Type, 40))

@@ -47,6 +47,8 @@ const (
 	TypeHeartbeat    = "heartbeat"
 	TypeDesiredState = "desired_state"
 	TypeAck          = "ack"
+	TypeStatus       = "status"
+	TypeLogs         = "logs"
 	TypeError        = "error"
 )
 
@@ -115,6 +117,64 @@ type Ack struct {
 	Hash          string           `json:"hash"`
 	Ignored       bool             `json:"ignored,omitempty"`
 	Services      []ServiceOutcome `json:"services"`
+}
+
+// Status is the leader's report of its cluster: nodes, workloads and the
+// warning events of managed objects. Each report replaces the last.
+type Status struct {
+	Nodes     []NodeStatus     `json:"nodes"`
+	Workloads []WorkloadStatus `json:"workloads"`
+	Events    []ClusterEvent   `json:"events"`
+}
+
+// NodeStatus describes one node.
+type NodeStatus struct {
+	Name              string `json:"name"`
+	Ready             bool   `json:"ready"`
+	CPU               string `json:"cpu"`
+	Memory            string `json:"memory"`
+	KubeletVersion    string `json:"kubeletVersion"`
+	OSImage           string `json:"osImage,omitempty"`
+	ContainerRuntime  string `json:"containerRuntime,omitempty"`
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+}
+
+// WorkloadStatus is the pods of one process of one release.
+type WorkloadStatus struct {
+	EnvironmentID string `json:"environmentId"`
+	Service       string `json:"service"`
+	Release       int    `json:"release"`
+	Process       string `json:"process"`
+	Desired       int    `json:"desired"`
+	Ready         int    `json:"ready"`
+}
+
+// ClusterEvent is a Kubernetes warning event about a managed object.
+type ClusterEvent struct {
+	EnvironmentID string    `json:"environmentId,omitempty"`
+	Namespace     string    `json:"namespace"`
+	Object        string    `json:"object"`
+	Reason        string    `json:"reason"`
+	Message       string    `json:"message"`
+	Count         int       `json:"count"`
+	LastSeen      time.Time `json:"lastSeen"`
+}
+
+// Logs is a batch of container log lines of one pod.
+type Logs struct {
+	EnvironmentID string    `json:"environmentId"`
+	Service       string    `json:"service"`
+	Release       int       `json:"release"`
+	Pod           string    `json:"pod"`
+	Container     string    `json:"container"`
+	Lines         []LogLine `json:"lines"`
+}
+
+// LogLine is one line of a container's output.
+type LogLine struct {
+	Time   time.Time `json:"time"`
+	Stream string    `json:"stream,omitempty"`
+	Text   string    `json:"text"`
 }
 
 // ErrorMessage is sent before the control plane closes a connection.

@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		},
 		Commands: []*cli.Command{
 			serveCommand(),
+			logsCommand(),
 			auditCommand(),
 			setupCommand(),
 			loginCommand(),

@@ -1,0 +1,223 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+// Labels the reconciler puts on what it manages.
+const (
+	serviceKey = "nebulactrl.io/service"
+	releaseKey = "nebulactrl.io/release"
+	processKey = "nebulactrl.io/process"
+)
+
+// report queues a report; when the link is down long enough for the queue
+// to fill, the newest reports are dropped rather than the agent blocked.
+func (a *Agent) report(typ string, payload any) {
+	select {
+	case a.outbox <- transport.Report{Type: typ, Payload: payload}:
+	default:
+		a.dropped.Add(1)
+	}
+}
+
+// reportLoop sends the cluster's status regularly and streams the logs of
+// managed containers, while this replica leads (the standby would only
+// repeat it).
+func (a *Agent) reportLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.ReportEvery)
+	defer t.Stop()
+	streams := map[string]context.CancelFunc{}
+	var mu sync.Mutex
+	defer func() {
+		mu.Lock()
+		for _, cancel := range streams {
+			cancel()
+		}
+		mu.Unlock()
+	}()
+	for {
+		if a.leader.Load() {
+			a.sendStatus(ctx)
+			a.followLogs(ctx, streams, &mu)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) sendStatus(ctx context.Context) {
+	cs := a.cfg.Client
+	var st transport.Status
+	if nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+		for _, n := range nodes.Items {
+			ready := false
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready = true
+				}
+			}
+			st.Nodes = append(st.Nodes, transport.NodeStatus{Name: n.Name, Ready: ready,
+				CPU: n.Status.Capacity.Cpu().String(), Memory: n.Status.Capacity.Memory().String(),
+				KubeletVersion: n.Status.NodeInfo.KubeletVersion, OSImage: n.Status.NodeInfo.OSImage, ContainerRuntime: n.Status.NodeInfo.ContainerRuntimeVersion})
+		}
+	} else {
+		a.cfg.Logger.Warn("listing nodes for the status report", "err", err)
+	}
+	nsEnv := map[string]string{}
+	if nss, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: managedBy}); err == nil {
+		for _, ns := range nss.Items {
+			nsEnv[ns.Name] = ns.Labels[environmentIDKey]
+		}
+	}
+	if deps, err := cs.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: managedBy}); err == nil {
+		for _, d := range deps.Items {
+			st.Workloads = append(st.Workloads, workload(d, nsEnv[d.Namespace]))
+		}
+	}
+	for ns, env := range nsEnv {
+		evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+		if err != nil {
+			continue
+		}
+		for _, e := range evs.Items {
+			last := e.LastTimestamp.Time
+			if last.IsZero() {
+				last = e.EventTime.Time
+			}
+			st.Events = append(st.Events, transport.ClusterEvent{EnvironmentID: env, Namespace: ns,
+				Object: strings.ToLower(e.InvolvedObject.Kind) + "/" + e.InvolvedObject.Name, Reason: e.Reason, Message: e.Message, Count: int(e.Count), LastSeen: last})
+		}
+	}
+	a.report(transport.TypeStatus, st)
+}
+
+func workload(d appsv1.Deployment, env string) transport.WorkloadStatus {
+	rel, _ := strconv.Atoi(d.Labels[releaseKey])
+	desired := 1
+	if d.Spec.Replicas != nil {
+		desired = int(*d.Spec.Replicas)
+	}
+	return transport.WorkloadStatus{EnvironmentID: env, Service: d.Labels[serviceKey], Release: rel, Process: d.Labels[processKey],
+		Desired: desired, Ready: int(d.Status.ReadyReplicas)}
+}
+
+// followLogs starts a log stream for every running managed container that
+// has none, and ends the streams of pods that are gone.
+func (a *Agent) followLogs(ctx context.Context, streams map[string]context.CancelFunc, mu *sync.Mutex) {
+	pods, err := a.cfg.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: managedBy})
+	if err != nil {
+		return
+	}
+	nsEnv := map[string]string{}
+	if nss, err := a.cfg.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: managedBy}); err == nil {
+		for _, ns := range nss.Items {
+			nsEnv[ns.Name] = ns.Labels[environmentIDKey]
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning || nsEnv[p.Namespace] == "" {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			key := p.Namespace + "/" + p.Name + "/" + c.Name
+			seen[key] = true
+			mu.Lock()
+			_, running := streams[key]
+			if !running {
+				sctx, cancel := context.WithCancel(ctx)
+				streams[key] = cancel
+				go func(pod corev1.Pod, container string) {
+					a.streamLogs(sctx, pod, container, nsEnv[pod.Namespace])
+					mu.Lock()
+					delete(streams, key)
+					mu.Unlock()
+				}(p, c.Name)
+			}
+			mu.Unlock()
+		}
+	}
+	mu.Lock()
+	for key, cancel := range streams {
+		if !seen[key] {
+			cancel()
+		}
+	}
+	mu.Unlock()
+}
+
+// streamLogs follows one container's log through the pods/log API and sends
+// it in batches: at most every second or every 200 lines.
+func (a *Agent) streamLogs(ctx context.Context, pod corev1.Pod, container, env string) {
+	since := metav1.NewTime(time.Now().Add(-a.cfg.ReportEvery))
+	req := a.cfg.Client.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container, Follow: true, Timestamps: true, SinceTime: &since})
+	stream, err := req.Stream(ctx)
+	if err != nil {
+		a.cfg.Logger.Debug("following a container's log", "pod", pod.Name, "err", err)
+		return
+	}
+	defer stream.Close()
+	rel, _ := strconv.Atoi(pod.Labels[releaseKey])
+	batch := transport.Logs{EnvironmentID: env, Service: pod.Labels[serviceKey], Release: rel, Pod: pod.Name, Container: container}
+	lines := make(chan transport.LogLine, 256)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stream)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			lines <- parseLogLine(sc.Text())
+		}
+	}()
+	flush := func() {
+		if len(batch.Lines) > 0 {
+			a.report(transport.TypeLogs, batch)
+			batch.Lines = nil
+		}
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			flush()
+			return
+		case l, ok := <-lines:
+			if !ok {
+				flush()
+				return
+			}
+			batch.Lines = append(batch.Lines, l)
+			if len(batch.Lines) >= 200 {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		}
+	}
+}
+
+// parseLogLine splits the timestamp the API server puts before each line.
+func parseLogLine(s string) transport.LogLine {
+	ts, rest, ok := strings.Cut(s, " ")
+	if ok {
+		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+			return transport.LogLine{Time: t, Stream: "stdout", Text: rest}
+		}
+	}
+	return transport.LogLine{Time: time.Now().UTC(), Stream: "stdout", Text: s}
+}
