@@ -43,6 +43,9 @@ type Options struct {
 	JobInterval time.Duration
 	// Now injects the clock of the API and the agent link.
 	Now func() time.Time
+	// Listen is the address (default 127.0.0.1:0); a restarted control plane
+	// takes the address it had, so its agents find it again.
+	Listen string
 }
 
 // Start starts a control plane for t.
@@ -50,6 +53,9 @@ func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	if opts.DatabaseURL == "" {
 		opts.DatabaseURL = pgtest.URL(t)
+	}
+	if opts.Listen == "" {
+		opts.Listen = "127.0.0.1:0"
 	}
 	if opts.SecretKey == "" {
 		k, err := seal.GenerateMasterKey()
@@ -59,7 +65,7 @@ func Start(t testing.TB, opts Options) *Server {
 		opts.SecretKey = k
 	}
 	cfg := config.Config{
-		DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey, Listen: "127.0.0.1:0", LogLevel: "warn",
+		DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey, Listen: opts.Listen, LogLevel: "warn",
 		PublicURL: "http://127.0.0.1", InsecureRegistries: opts.Insecure,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
