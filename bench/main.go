@@ -38,6 +38,9 @@ type flags struct {
 	events   int
 	only     string
 	profile  string
+	agents   int
+	// latencyRuns is how many single changes the latency is measured over.
+	latencyRuns int
 }
 
 func main() {
@@ -46,9 +49,20 @@ func main() {
 	flag.IntVar(&f.runs, "runs", 3, "runs of each comparison (medians are reported)")
 	flag.DurationVar(&f.duration, "duration", 3*time.Second, "length of each throughput run")
 	flag.IntVar(&f.events, "events", 1_000_000, "events for the projection rebuild")
-	flag.StringVar(&f.only, "only", "", "run only this benchmark: appends, rebuild or compile")
+	flag.StringVar(&f.only, "only", "", "run only this benchmark: appends, rebuild, compile or agents")
+	flag.IntVar(&f.agents, "agents", 2000, "simulated agents (one per cluster)")
+	flag.IntVar(&f.latencyRuns, "latency-runs", 200, "single changes to measure the command-to-agent latency over")
+	childCreds := flag.String("child-agents", "", "internal: run the simulated agents of this credentials file")
+	childURL := flag.String("child-url", "", "internal: the control plane of the simulated agents")
+	childCA := flag.String("child-ca", "", "internal: the CA of the control plane")
 	flag.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of this process")
 	flag.Parse()
+	if *childCreds != "" {
+		if err := childAgents(*childCreds, *childURL, *childCA); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if f.profile != "" {
 		pf, err := os.Create(f.profile)
 		if err != nil {
@@ -106,6 +120,13 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 		results = append(results, r)
+	}
+	if want("agents") {
+		rs, err := benchAgents(ctx, cluster, f)
+		if err != nil {
+			return err
+		}
+		results = append(results, rs...)
 	}
 	if want("compile") {
 		log.Printf("compiling a 1,000-service environment")
