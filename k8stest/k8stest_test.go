@@ -1,0 +1,267 @@
+package k8stest_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nebulactrl/nebulactrl/k8stest"
+)
+
+func TestMain(m *testing.M) { k8stest.Main(m) }
+
+func TestDeploymentBecomesReadyAndItsCreateIsAudited(t *testing.T) {
+	c := k8stest.Shared(t)
+	cs := c.Client(t)
+	ns := c.Namespace(t)
+	since := time.Now()
+
+	createDeployment(t, cs, ns, "web", 2)
+	waitDeploymentReady(t, cs, ns, "web", 2, 60*time.Second)
+
+	var created bool
+	for _, ev := range c.WritesBy(t, k8stest.AdminUser, since) {
+		require.Equal(t, k8stest.AdminUser, ev.User)
+		require.False(t, ev.Time.Before(since.Truncate(time.Microsecond)), "event %+v is older than since", ev)
+		if ev.Verb == "create" && ev.Resource == "deployments" && ev.Namespace == ns && ev.Name == "web" {
+			require.Equal(t, 201, ev.Code)
+			created = true
+		}
+	}
+	require.True(t, created, "the admin's Deployment create is in the audit log")
+
+	// The ReplicaSet and its pods are the controllers' writes, not the admin's.
+	later := time.Now()
+	for _, ev := range c.WritesBy(t, k8stest.AdminUser, later) {
+		require.NotEqual(t, "deployments", ev.Resource, "a write before since must not be returned: %+v", ev)
+	}
+	var rsCreated bool
+	for _, ev := range c.WritesBy(t, k8stest.ControllerManagerUser, since) {
+		if ev.Verb == "create" && ev.Resource == "replicasets" && ev.Namespace == ns {
+			rsCreated = true
+		}
+	}
+	require.True(t, rsCreated, "the controller manager, under its own user, created the ReplicaSet")
+}
+
+func TestServiceEndpointSliceListsPodAddresses(t *testing.T) {
+	c := k8stest.Shared(t)
+	cs := c.Client(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+
+	createDeployment(t, cs, ns, "api", 2)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "api"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "api"},
+			Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}},
+		},
+	}
+	_, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	var addrs []string
+	require.Eventually(t, func() bool {
+		slices, err := cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
+			LabelSelector: discoveryv1.LabelServiceName + "=api",
+		})
+		if err != nil {
+			return false
+		}
+		addrs = nil
+		for _, s := range slices.Items {
+			for _, ep := range s.Endpoints {
+				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+					addrs = append(addrs, ep.Addresses...)
+				}
+			}
+		}
+		return len(addrs) == 2
+	}, 60*time.Second, 200*time.Millisecond, "EndpointSlice of Service api lists 2 ready addresses")
+	require.NotEqual(t, addrs[0], addrs[1], "each pod has its own IP")
+}
+
+func TestServiceAccountIsSubjectToRBAC(t *testing.T) {
+	c := k8stest.Shared(t)
+	cs := c.Client(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+
+	sa, err := kubernetes.NewForConfig(c.ServiceAccountConfig(t, ns, "reader"))
+	require.NoError(t, err)
+	_, err = sa.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	require.True(t, apierrors.IsForbidden(err), "a ServiceAccount with no RBAC rules is forbidden to list pods, got %v", err)
+
+	_, err = cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "pod-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "reader"}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// The authorizer sees new bindings through an informer: allow it a moment.
+	require.Eventually(t, func() bool {
+		_, err := sa.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil
+	}, 10*time.Second, 100*time.Millisecond, "after the RoleBinding the ServiceAccount can list pods")
+
+	// Still nothing beyond the Role.
+	_, err = sa.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+	require.True(t, apierrors.IsForbidden(err), "listing secrets stays forbidden, got %v", err)
+}
+
+func TestPodLogsComeFromTheConfiguredFile(t *testing.T) {
+	logFile := filepath.Join(t.TempDir(), "app.log")
+	require.NoError(t, os.WriteFile(logFile, []byte(
+		"2026-11-30T00:00:00.000000000Z stdout F first line\n"+
+			"2026-11-30T00:00:01.000000000Z stderr F second line\n"), 0o644))
+	c := k8stest.Start(t, k8stest.Options{
+		Nodes: 1,
+		Logs:  []k8stest.LogFile{{Container: "app", Path: logFile}},
+	})
+	cs := c.Client(t)
+	ns := c.Namespace(t)
+	ctx := context.Background()
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "logger"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx"}}},
+	}
+	_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, "logger", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning
+	}, 60*time.Second, 200*time.Millisecond, "pod logger runs")
+
+	rc, err := cs.CoreV1().Pods(ns).GetLogs("logger", &corev1.PodLogOptions{Container: "app"}).Stream(ctx)
+	require.NoError(t, err)
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	require.Equal(t, "first line\nsecond line\n", string(got))
+}
+
+func TestMissingBinariesFailTheTest(t *testing.T) {
+	t.Setenv(k8stest.EnvDir, t.TempDir())
+	rec := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k8stest.Start(rec, k8stest.Options{})
+	}()
+	<-done
+	require.Contains(t, rec.msg, "go tool task k8s", "the failure says how to build the binaries")
+}
+
+func TestAProcessThatExitsFailsStartWithItsLog(t *testing.T) {
+	bins, err := k8stest.BinDir()
+	require.NoError(t, err)
+	// The real binaries, except an etcd that fails the way a broken one would.
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
+	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+		require.NoError(t, os.Symlink(filepath.Join(bins, "bin", name), filepath.Join(dir, "bin", name)))
+	}
+	require.NoError(t, os.Symlink(filepath.Join(bins, "kwok-stages.yaml"), filepath.Join(dir, "kwok-stages.yaml")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "bin", "etcd"),
+		[]byte("#!/bin/sh\necho 'etcd: data dir is on fire' >&2\nexit 3\n"), 0o755))
+	t.Setenv(k8stest.EnvDir, dir)
+
+	rec := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k8stest.Start(rec, k8stest.Options{})
+	}()
+	<-done
+	require.Contains(t, rec.msg, "etcd exited")
+	require.Contains(t, rec.msg, "data dir is on fire", "the error carries the tail of the failing process's log")
+}
+
+// fatalRecorder captures a Fatalf instead of failing the real test.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Helper() {}
+
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	// Like testing.T: stop the goroutine that called Fatalf.
+	runtime.Goexit()
+}
+
+func createDeployment(t *testing.T, cs kubernetes.Interface, ns, name string, replicas int32) {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name:  "web",
+					Image: "nginx",
+					Ports: []corev1.ContainerPort{{ContainerPort: 80}},
+				}}},
+			},
+		},
+	}
+	_, err := cs.AppsV1().Deployments(ns).Create(context.Background(), d, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+func waitDeploymentReady(t *testing.T, cs kubernetes.Interface, ns, name string, replicas int32, timeout time.Duration) {
+	t.Helper()
+	var last string
+	ok := assertEventually(timeout, func() bool {
+		d, err := cs.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		last = fmt.Sprintf("%d/%d ready", d.Status.ReadyReplicas, replicas)
+		return d.Status.ReadyReplicas == replicas
+	})
+	if !ok {
+		t.Fatalf("Deployment %s/%s not ready within %v: %s", ns, name, timeout, last)
+	}
+}
+
+func assertEventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
