@@ -180,6 +180,14 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The reader below blocks in a read; ending the context must end it.
+	go func() {
+		select {
+		case <-sctx.Done():
+			cn.close(websocket.CloseGoingAway, "agent stopping")
+		case <-cn.closed():
+		}
+	}()
 	work := make(chan DesiredState, 16)
 	var wg sync.WaitGroup
 	wg.Add(3)

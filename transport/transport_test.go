@@ -329,3 +329,21 @@ func (p *proxy) cut() {
 	}
 	p.conns = nil
 }
+
+func TestStoppingTheAgentEndsItsConnection(t *testing.T) {
+	t.Parallel()
+	w := &world{revs: map[string]int{"e1": 1}}
+	hub, srv := startHub(t, w)
+	a := &agent{applied: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.client(t, srv, "good-stop").Run(ctx) }()
+	require.Eventually(t, func() bool { return a.revision("e1") == 1 }, 5*time.Second, 5*time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	require.Eventually(t, func() bool { return len(hub.Connected()) == 0 }, 5*time.Second, 10*time.Millisecond)
+}

@@ -1,0 +1,322 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/nebulactrl/nebulactrl/agent"
+	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/desiredstate"
+	"github.com/nebulactrl/nebulactrl/install"
+	"github.com/nebulactrl/nebulactrl/k8stest"
+	"github.com/nebulactrl/nebulactrl/pgtest"
+	"github.com/nebulactrl/nebulactrl/servertest"
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type cp struct {
+	t     *testing.T
+	url   string
+	token string
+}
+
+func (c cp) do(method, path string, body any, out any) int {
+	c.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.url+"/api/v1/orgs/acme"+path, rd)
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		require.NoError(c.t, json.Unmarshal(b, out), string(b))
+	}
+	if resp.StatusCode >= 300 {
+		c.t.Logf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	return resp.StatusCode
+}
+
+// applyManifest creates the install manifest's objects, as kubectl apply would.
+func applyManifest(t *testing.T, cs kubernetes.Interface, manifest string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, doc := range strings.Split(manifest, "\n---\n") {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		require.NoError(t, err)
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			_, err = cs.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.ServiceAccount:
+			_, err = cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Secret:
+			_, err = cs.CoreV1().Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			_, err = cs.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.StatefulSet:
+			_, err = cs.AppsV1().StatefulSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *policyv1.PodDisruptionBudget:
+			_, err = cs.PolicyV1().PodDisruptionBudgets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("the manifest holds an unexpected %T", obj)
+		}
+		require.NoError(t, err)
+	}
+}
+
+type runningAgent struct {
+	name   string
+	a      *agent.Agent
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string) *runningAgent {
+	t.Helper()
+	// The agent authenticates as the manifest's service account: its RBAC is
+	// what is exercised.
+	cs, err := kubernetes.NewForConfig(k.ServiceAccountConfig(t, install.AgentNamespace, install.AgentName))
+	require.NoError(t, err)
+	store := agent.SecretStore{Client: cs, Namespace: install.AgentNamespace, Name: name + "-credential"}
+	ctx, cancel := context.WithCancel(context.Background())
+	cred, err := store.Load(ctx)
+	require.NoError(t, err)
+	if cred == "" {
+		reg, err := transport.Register(ctx, url, nil, transport.RegisterRequest{JoinToken: joinToken, Name: name})
+		require.NoError(t, err)
+		require.NoError(t, store.Save(ctx, reg.Credential))
+		cred = reg.Credential
+	}
+	a, err := agent.New(agent.Config{
+		Link:     transport.ClientConfig{URL: url, Credential: cred, AllowPlain: true, MinBackoff: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Heartbeat: time.Second},
+		Client:   cs,
+		Version:  "1.0.0",
+		Identity: name, LeaseNamespace: install.AgentNamespace, LeaseName: install.AgentName,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	ra := &runningAgent{name: name, a: a, cancel: cancel, done: make(chan error, 1)}
+	go func() { ra.done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ra.done })
+	return ra
+}
+
+func pushImage(t *testing.T, host, repo string) {
+	t.Helper()
+	img, err := random.Image(128, 1)
+	require.NoError(t, err)
+	ref, err := name.ParseReference(host+"/"+repo, name.Insecure)
+	require.NoError(t, err)
+	require.NoError(t, remote.Write(ref, img))
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestEndToEnd brings up the control plane, a real Kubernetes cluster and two
+// agent replicas installed from the product's manifest; creates an environment
+// with services and domains through the API; sees Deployments, Services,
+// Ingresses and Ready pods appear; changes a variable and sees exactly that
+// service roll; deletes a referenced service and sees its dependant held and
+// untouched; stops the control plane, sees nothing change in the cluster,
+// restarts it, and converges; kills the leader and sees the other take over.
+func TestEndToEnd(t *testing.T) {
+	k := k8stest.Start(t, k8stest.Options{Nodes: 2})
+	admin := k.Client(t)
+	ctx := context.Background()
+
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	host := strings.TrimPrefix(reg.URL, "http://")
+	for _, repo := range []string{"api:v1", "worker:v1", "db:v1"} {
+		pushImage(t, host, repo)
+	}
+	addr := freeAddr(t)
+	srv := servertest.Start(t, servertest.Options{Insecure: []string{host}, Listen: addr})
+	c := cp{t: t, url: srv.URL, token: srv.Setup(t, "root@example.com", "acme")}
+
+	var cluster api.ClusterResponse
+	require.Equal(t, 201, c.do("POST", "/clusters", map[string]string{"name": "eu-1"}, &cluster))
+	manifest, err := install.Manifest(install.Options{ControlPlaneURL: srv.URL, JoinToken: cluster.JoinToken.Token, Image: install.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
+	require.NoError(t, err)
+	applyManifest(t, admin, manifest)
+
+	require.Equal(t, 201, c.do("POST", "/projects", map[string]string{"name": "shop"}, nil))
+	require.Equal(t, 201, c.do("POST", "/projects/shop/environments", map[string]string{"name": "staging", "cluster": "eu-1"}, nil))
+	for _, s := range []map[string]any{
+		{"name": "api", "image": host + "/api:v1", "port": 8080, "replicas": 2},
+		{"name": "worker", "image": host + "/worker:v1"},
+		{"name": "db", "image": host + "/db:v1", "port": 5432},
+	} {
+		require.Equal(t, 201, c.do("POST", "/projects/shop/services", s, nil))
+	}
+	env := "/projects/shop/environments/staging/services/"
+	require.Equal(t, 200, c.do("PUT", env+"db/variables", map[string]any{"variables": []map[string]any{{"name": "POSTGRES_PASSWORD", "value": "pw-s3cret-value", "secret": true}}}, nil))
+	require.Equal(t, 200, c.do("PUT", env+"api/variables", map[string]any{"variables": []map[string]any{
+		{"name": "DB_HOST", "value": "${{ db.HOST }}"}, {"name": "DB_PASSWORD", "value": "${{ db.POSTGRES_PASSWORD }}"}}}, nil))
+	require.Equal(t, 200, c.do("PUT", env+"worker/variables", map[string]any{"variables": []map[string]any{{"name": "QUEUE", "value": "jobs"}}}, nil))
+	require.Equal(t, 201, c.do("POST", env+"api/domains", map[string]string{"host": "api.example.com"}, nil))
+	for _, s := range []string{"api", "worker", "db"} {
+		require.Equal(t, 202, c.do("POST", env+s+"/deployments", map[string]string{}, nil))
+	}
+
+	a0 := startAgent(t, k, srv.URL, cluster.JoinToken.Token, "nebulactrl-agent-0")
+	a1 := startAgent(t, k, srv.URL, cluster.JoinToken.Token, "nebulactrl-agent-1")
+	ns := desiredstate.Namespace("acme", "shop", "staging")
+
+	ready := func(name string) bool {
+		d, err := admin.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && d.Status.ReadyReplicas == *d.Spec.Replicas && *d.Spec.Replicas > 0
+	}
+	require.Eventually(t, func() bool { return ready("api-web-r1") && ready("worker-web-r1") && ready("db-web-r1") },
+		90*time.Second, 200*time.Millisecond, "Deployments appear and their pods become Ready")
+	_, err = admin.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
+	require.NoError(t, err)
+	ings, err := admin.NetworkingV1().Ingresses(ns).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, ings.Items, 1)
+	require.Equal(t, "api.example.com", ings.Items[0].Spec.Rules[0].Host)
+	sec, err := admin.CoreV1().Secrets(ns).Get(ctx, "api-r1", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "pw-s3cret-value", string(sec.Data["DB_PASSWORD"]), "secrets reach the cluster only as Kubernetes Secrets")
+	require.Equal(t, "db."+ns+".svc.cluster.local", string(sec.Data["DB_HOST"]))
+
+	rv := func(kind, name string) string {
+		var obj metav1.Object
+		var err error
+		switch kind {
+		case "deployment":
+			obj, err = admin.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		case "service":
+			obj, err = admin.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		case "ingress":
+			var ing *networkingv1.Ingress
+			ing, err = admin.NetworkingV1().Ingresses(ns).Get(ctx, name, metav1.GetOptions{})
+			obj = ing
+		}
+		if err != nil {
+			return "gone: " + err.Error()
+		}
+		return obj.GetResourceVersion()
+	}
+	apiRV, dbRV := rv("deployment", "api-web-r1"), rv("deployment", "db-web-r1")
+
+	// A variable change rolls exactly that service.
+	require.Equal(t, 200, c.do("PUT", env+"worker/variables", map[string]any{"variables": []map[string]any{{"name": "QUEUE", "value": "urgent"}}}, nil))
+	require.Eventually(t, func() bool {
+		_, err := admin.AppsV1().Deployments(ns).Get(ctx, "worker-web-r1", metav1.GetOptions{})
+		return ready("worker-web-r2") && apierrors.IsNotFound(err)
+	}, 60*time.Second, 200*time.Millisecond, "the worker rolls to release 2 and release 1 is pruned")
+	require.Equal(t, apiRV, rv("deployment", "api-web-r1"), "api did not roll")
+	require.Equal(t, dbRV, rv("deployment", "db-web-r1"), "db did not roll")
+
+	// Deleting the referenced service holds its dependant, untouched.
+	require.Equal(t, 204, c.do("DELETE", "/projects/shop/services/db", nil, nil))
+	require.Eventually(t, func() bool {
+		_, err := admin.AppsV1().Deployments(ns).Get(ctx, "db-web-r1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}, 60*time.Second, 200*time.Millisecond, "the deleted service is pruned")
+	require.Equal(t, apiRV, rv("deployment", "api-web-r1"), "the held service is untouched")
+	var acks []struct {
+		Server   string `json:"server"`
+		Revision int    `json:"revision"`
+		Ignored  bool   `json:"ignored"`
+		Services []transport.ServiceOutcome
+	}
+	require.Eventually(t, func() bool {
+		c.do("GET", "/projects/shop/environments/staging/acknowledgements", nil, &acks)
+		for _, a := range acks {
+			for _, s := range a.Services {
+				if s.Service == "api" && s.State == "held" && strings.Contains(s.Reason, "db") {
+					return true
+				}
+			}
+		}
+		return false
+	}, 30*time.Second, 200*time.Millisecond, "the acknowledgement says api is held, and why")
+
+	// With the control plane stopped, the cluster keeps serving and nothing changes.
+	srv.Stop()
+	stopped := time.Now()
+	time.Sleep(3 * time.Second)
+	for _, a := range []*runningAgent{a0, a1} {
+		require.Empty(t, workloadWrites(k.WritesBy(t, k8stest.ServiceAccountUser(install.AgentNamespace, install.AgentName), stopped)),
+			"agent %s changed the cluster while the control plane was down", a.name)
+	}
+	require.True(t, ready("api-web-r1") && ready("worker-web-r2"))
+
+	// Restarted, with a change made meanwhile, it converges.
+	srv = servertest.Start(t, servertest.Options{DatabaseURL: srv.DatabaseURL, SecretKey: srv.SecretKey, Insecure: []string{host}, Listen: addr})
+	c.url = srv.URL
+	require.Equal(t, 200, c.do("PUT", env+"worker/variables", map[string]any{"variables": []map[string]any{{"name": "QUEUE", "value": "later"}}}, nil))
+	require.Eventually(t, func() bool { return ready("worker-web-r3") }, 60*time.Second, 200*time.Millisecond, "after the restart the cluster converges")
+
+	// Kill the leader: the other replica takes over.
+	leader, other := a0, a1
+	require.Eventually(t, func() bool { return a0.a.Leader() || a1.a.Leader() }, 10*time.Second, 50*time.Millisecond)
+	if a1.a.Leader() {
+		leader, other = a1, a0
+	}
+	leader.cancel()
+	<-leader.done
+	leader.done <- nil // for the cleanup
+	require.Eventually(t, other.a.Leader, 20*time.Second, 100*time.Millisecond, "the standby takes over")
+	require.Equal(t, 200, c.do("PUT", env+"worker/variables", map[string]any{"variables": []map[string]any{{"name": "QUEUE", "value": "after-failover"}}}, nil))
+	require.Eventually(t, func() bool { return ready("worker-web-r4") }, 60*time.Second, 200*time.Millisecond, "the new leader reconciles")
+}
+
+// workloadWrites leaves out the leader election's Lease renewals, which go on
+// while the control plane is down: they change nothing that runs.
+func workloadWrites(events []k8stest.AuditEvent) []string {
+	var out []string
+	for _, e := range events {
+		if e.Resource != "leases" {
+			out = append(out, fmt.Sprintf("%s %s %s/%s", e.Verb, e.Resource, e.Namespace, e.Name))
+		}
+	}
+	return out
+}
