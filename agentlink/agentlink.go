@@ -7,11 +7,6 @@ package agentlink
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,11 +16,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nebulactrl/nebulactrl/command"
+	"github.com/nebulactrl/nebulactrl/credential"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/projections"
@@ -76,45 +71,6 @@ func New(cfg Config) (*Link, error) {
 	return &Link{cfg: cfg}, nil
 }
 
-const credentialPrefix = "nbl_"
-
-func newCredential() (id, cred, hash string, err error) {
-	u := uuid.New()
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return "", "", "", err
-	}
-	s := base64.RawURLEncoding.EncodeToString(secret)
-	return u.String(), credentialPrefix + hex.EncodeToString(u[:]) + "_" + s, hashSecret(s), nil
-}
-
-func hashSecret(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
-}
-
-// parseCredential splits nbl_<id>_<secret>, the shape of join tokens and
-// server credentials alike.
-func parseCredential(tok string) (id, secret string, ok bool) {
-	rest, ok := strings.CutPrefix(strings.TrimSpace(tok), credentialPrefix)
-	if !ok {
-		return "", "", false
-	}
-	hexID, secret, ok := strings.Cut(rest, "_")
-	if !ok || len(hexID) != 32 || len(secret) < 32 || len(secret) > 64 {
-		return "", "", false
-	}
-	raw, err := hex.DecodeString(hexID)
-	if err != nil {
-		return "", "", false
-	}
-	u, err := uuid.FromBytes(raw)
-	if err != nil {
-		return "", "", false
-	}
-	return u.String(), secret, true
-}
-
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -136,7 +92,7 @@ func (l *Link) Register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", "the body must be {\"joinToken\", \"name\"}")
 		return
 	}
-	tokenID, secret, ok := parseCredential(req.JoinToken)
+	tokenID, secret, ok := credential.Parse(req.JoinToken)
 	if !ok {
 		writeError(w, http.StatusUnauthorized, "unauthorized", "the join token is malformed")
 		return
@@ -144,7 +100,7 @@ func (l *Link) Register(w http.ResponseWriter, r *http.Request) {
 	var clusterID, orgID, hash string
 	err = l.cfg.Pool.QueryRow(ctx, `SELECT cluster_id::text, org_id::text, token_hash FROM cluster_join_tokens WHERE id = $1`, tokenID).
 		Scan(&clusterID, &orgID, &hash)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && subtle.ConstantTimeCompare([]byte(hash), []byte(hashSecret(secret))) != 1) {
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !credential.Matches(hash, secret)) {
 		writeError(w, http.StatusUnauthorized, "unauthorized", "the join token is not valid")
 		return
 	}
@@ -152,7 +108,7 @@ func (l *Link) Register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "database_unavailable", "try again shortly")
 		return
 	}
-	serverID, cred, credHash, err := newCredential()
+	serverID, cred, credHash, err := credential.New()
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 		return
@@ -193,7 +149,7 @@ func (l *Link) Authenticate(r *http.Request) (transport.Peer, error) {
 	if !ok {
 		return transport.Peer{}, errors.New("the agent needs its credential: Authorization: Bearer <credential>")
 	}
-	id, secret, ok := parseCredential(raw)
+	id, secret, ok := credential.Parse(raw)
 	if !ok {
 		return transport.Peer{}, errors.New("the credential is malformed")
 	}
@@ -205,7 +161,7 @@ func (l *Link) Authenticate(r *http.Request) (transport.Peer, error) {
 	if err != nil {
 		return transport.Peer{}, errors.New("the credential is not valid")
 	}
-	if subtle.ConstantTimeCompare([]byte(hash), []byte(hashSecret(secret))) != 1 {
+	if !credential.Matches(hash, secret) {
 		return transport.Peer{}, errors.New("the credential is not valid")
 	}
 	if revoked {

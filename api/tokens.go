@@ -2,63 +2,18 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
 
-	"github.com/google/uuid"
-
+	"github.com/nebulactrl/nebulactrl/credential"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/query"
 )
 
-// Tokens read nbl_<token id>_<secret>. The id finds the row; the secret's
-// SHA-256 is compared with the stored one in constant time. Only the hash is
-// ever stored: the secret is random and long, so a fast hash is the right one.
-const tokenPrefix = "nbl_"
-
-// newToken makes a token: its id, the string given to the user once, and the
-// hash to store.
-func newToken() (id, token, hash string, err error) {
-	u := uuid.New()
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return "", "", "", err
-	}
-	s := base64.RawURLEncoding.EncodeToString(secret)
-	return u.String(), tokenPrefix + hex.EncodeToString(u[:]) + "_" + s, hashSecret(s), nil
-}
-
-func hashSecret(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(sum[:])
-}
-
-// parseToken splits a token into its id and secret.
-func parseToken(tok string) (id, secret string, ok bool) {
-	rest, ok := strings.CutPrefix(tok, tokenPrefix)
-	if !ok {
-		return "", "", false
-	}
-	hexID, secret, ok := strings.Cut(rest, "_")
-	if !ok || len(hexID) != 32 || len(secret) < 32 || len(secret) > 64 {
-		return "", "", false
-	}
-	raw, err := hex.DecodeString(hexID)
-	if err != nil {
-		return "", "", false
-	}
-	u, err := uuid.FromBytes(raw)
-	if err != nil {
-		return "", "", false
-	}
-	return u.String(), secret, true
-}
+// newToken makes an API or join token: its id, the string given to the user
+// once, and the hash to store.
+func newToken() (id, token, hash string, err error) { return credential.New() }
 
 func unauthorized(msg string) error {
 	return errorf(http.StatusUnauthorized, "unauthorized", "%s", msg)
@@ -71,7 +26,7 @@ func (a *API) authenticate(r *http.Request) (domain.Principal, domain.Actor, str
 	if !ok || raw == "" {
 		return domain.Principal{}, domain.Actor{}, "", unauthorized("this request needs an API token: Authorization: Bearer <token>")
 	}
-	id, secret, ok := parseToken(strings.TrimSpace(raw))
+	id, secret, ok := credential.Parse(raw)
 	if !ok {
 		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token is malformed")
 	}
@@ -83,7 +38,7 @@ func (a *API) authenticate(r *http.Request) (domain.Principal, domain.Actor, str
 	if err != nil {
 		return domain.Principal{}, domain.Actor{}, "", err
 	}
-	if subtle.ConstantTimeCompare([]byte(hash), []byte(hashSecret(secret))) != 1 {
+	if !credential.Matches(hash, secret) {
 		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token is not valid")
 	}
 	if tok.RevokedAt != nil {

@@ -6,11 +6,9 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -34,6 +32,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/config"
+	"github.com/nebulactrl/nebulactrl/credential"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/pgcluster"
@@ -259,12 +258,14 @@ func provision(ctx context.Context, pool *pgxpool.Pool, url string, roots *x509.
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			fail := func(err error) { firstErr.CompareAndSwap(nil, err) }
-			cluster, project, env, tok := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
-			secret := strings.ReplaceAll(uuid.NewString()+uuid.NewString(), "-", "")
-			u := uuid.MustParse(tok)
-			joinToken := fmt.Sprintf("nbl_%x_%s", u[:], secret)
+			cluster, project, env := uuid.NewString(), uuid.NewString(), uuid.NewString()
+			tok, joinToken, hash, err := credential.New()
+			if err != nil {
+				fail(err)
+				return
+			}
 			if _, err := cmd.Cluster(ctx, sys, org, cluster, domain.CreateCluster{ClusterID: cluster, OrgID: org, Name: fmt.Sprintf("c%04d", i),
-				JoinToken: domain.IssueJoinToken{TokenID: tok, TokenHash: sha(secret), ExpiresAt: time.Now().Add(time.Hour)}}); err != nil {
+				JoinToken: domain.IssueJoinToken{TokenID: tok, TokenHash: hash, ExpiresAt: time.Now().Add(time.Hour)}}); err != nil {
 				fail(err)
 				return
 			}
@@ -289,7 +290,6 @@ func provision(ctx context.Context, pool *pgxpool.Pool, url string, roots *x509.
 			}
 			envs[i] = benchEnv{id: env, org: org, project: project, service: svc}
 			var reg transport.RegisterResponse
-			var err error
 			for attempt := 0; attempt < 50; attempt++ {
 				// The join token is readable once the projections have it.
 				reg, err = transport.Register(ctx, url, tlsCfg, transport.RegisterRequest{JoinToken: joinToken, Name: "agent-0"})
@@ -440,9 +440,4 @@ func childAgents(credFile, url, caFile string) error {
 		time.Sleep(time.Millisecond) // spread the handshakes a little
 	}
 	select {}
-}
-
-func sha(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
 }
