@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +134,7 @@ func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string) *
 		Version:  "1.0.0",
 		Identity: name, LeaseNamespace: install.AgentNamespace, LeaseName: install.AgentName,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		ReportEvery: time.Second,
 	})
 	require.NoError(t, err)
 	ra := &runningAgent{name: name, a: a, cancel: cancel, done: make(chan error, 1)}
@@ -165,7 +168,10 @@ func freeAddr(t *testing.T) string {
 // untouched; stops the control plane, sees nothing change in the cluster,
 // restarts it, and converges; kills the leader and sees the other take over.
 func TestEndToEnd(t *testing.T) {
-	k := k8stest.Start(t, k8stest.Options{Nodes: 2})
+	ns := desiredstate.Namespace("acme", "shop", "staging")
+	logFile := filepath.Join(t.TempDir(), "api.log")
+	require.NoError(t, os.WriteFile(logFile, []byte(time.Now().UTC().Format(time.RFC3339Nano)+" stdout F hello from api\n"), 0o644))
+	k := k8stest.Start(t, k8stest.Options{Nodes: 2, Logs: []k8stest.LogFile{{Namespace: ns, Container: "web", Path: logFile}}})
 	admin := k.Client(t)
 	ctx := context.Background()
 
@@ -206,7 +212,6 @@ func TestEndToEnd(t *testing.T) {
 
 	a0 := startAgent(t, k, srv.URL, cluster.JoinToken.Token, "nebulactrl-agent-0")
 	a1 := startAgent(t, k, srv.URL, cluster.JoinToken.Token, "nebulactrl-agent-1")
-	ns := desiredstate.Namespace("acme", "shop", "staging")
 
 	ready := func(name string) bool {
 		d, err := admin.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
@@ -220,6 +225,39 @@ func TestEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ings.Items, 1)
 	require.Equal(t, "api.example.com", ings.Items[0].Spec.Rules[0].Host)
+	// The leader reports nodes, workloads and container logs.
+	require.Eventually(t, func() bool {
+		var ws []struct {
+			Service        string
+			Release, Ready int
+		}
+		c.do("GET", "/projects/shop/environments/staging/workloads", nil, &ws)
+		for _, w := range ws {
+			if w.Service == "api" && w.Release == 1 && w.Ready == 2 {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 200*time.Millisecond, "workloads are reported")
+	var nodes []struct {
+		Name  string
+		Ready bool
+	}
+	require.Eventually(t, func() bool {
+		c.do("GET", "/clusters/eu-1/nodes", nil, &nodes)
+		return len(nodes) == 2 && nodes[0].Ready
+	}, 30*time.Second, 200*time.Millisecond)
+	require.Eventually(t, func() bool {
+		var page struct{ Lines []struct{ Text string } }
+		c.do("GET", env+"api/logs", nil, &page)
+		for _, l := range page.Lines {
+			if l.Text == "hello from api" {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 200*time.Millisecond, "container logs arrive through the pods/log API")
+
 	sec, err := admin.CoreV1().Secrets(ns).Get(ctx, "api-r1", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "pw-s3cret-value", string(sec.Data["DB_PASSWORD"]), "secrets reach the cluster only as Kubernetes Secrets")

@@ -164,8 +164,10 @@ func (a *Agent) followLogs(ctx context.Context, streams map[string]context.Cance
 // streamLogs follows one container's log through the pods/log API and sends
 // it in batches: at most every second or every 200 lines.
 func (a *Agent) streamLogs(ctx context.Context, pod corev1.Pod, container, env string) {
-	since := metav1.NewTime(time.Now().Add(-a.cfg.ReportEvery))
-	req := a.cfg.Client.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container, Follow: true, Timestamps: true, SinceTime: &since})
+	// The last lines so far, then everything new. A new leader sends the
+	// tail again: a few repeated lines beat a gap.
+	tail := int64(500)
+	req := a.cfg.Client.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container, Follow: true, Timestamps: true, TailLines: &tail})
 	stream, err := req.Stream(ctx)
 	if err != nil {
 		a.cfg.Logger.Debug("following a container's log", "pod", pod.Name, "err", err)

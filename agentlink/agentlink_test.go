@@ -183,10 +183,17 @@ func TestAgentLink(t *testing.T) {
 		return cl.Status.State == query.StateConnected
 	}, 10*time.Second, 20*time.Millisecond)
 
-	// 61 seconds without a heartbeat (by the injected clock): Disconnected.
+	// 61 seconds without a heartbeat (by the injected clock): Disconnected,
+	// and a deployment still on its way shows the blocker "delivery".
+	var deps []api.DeploymentView
+	require.Equal(t, 200, call(t, "GET", org+"/projects/shop/environments/staging/services/api/deployments", root, nil, &deps))
+	require.Len(t, deps, 1)
+	require.Empty(t, deps[0].Blockers, "the cluster is connected")
 	offset.Store(int64(61 * time.Second))
 	call(t, "GET", org+"/clusters/eu-1", root, nil, &cl)
 	require.Equal(t, query.StateDisconnected, cl.Status.State)
+	require.Equal(t, 200, call(t, "GET", org+"/projects/shop/environments/staging/services/api/deployments", root, nil, &deps))
+	require.Equal(t, []string{"delivery"}, deps[0].Blockers)
 	offset.Store(0)
 
 	// The audit log tells of the registration and the connection.

@@ -334,3 +334,9 @@ func (c *Cluster) stop(grace time.Duration) error {
 	})
 	return c.stopErr
 }
+
+// Launch starts a cluster outside a test (the benchmarks); Stop ends it.
+func Launch(opts Options) (*Cluster, error) { return start(opts) }
+
+// Stop stops a cluster that Launch started.
+func (c *Cluster) Stop() error { return c.stop(10 * time.Second) }

@@ -117,6 +117,9 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	restCfg.UserAgent = "nebulactrl-agent/" + version
+	// client-go's default (5 requests a second) would take minutes to apply
+	// a large environment the first time.
+	restCfg.QPS, restCfg.Burst = 50, 100
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return err
