@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/nebulactrl/nebulactrl/agent"
+	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/install"
@@ -357,4 +358,52 @@ func workloadWrites(events []k8stest.AuditEvent) []string {
 		}
 	}
 	return out
+}
+
+// The manifest's RBAC is what the agent needs, rule by rule: without the
+// Ingress rule, the services with domains fail with Forbidden, the others apply.
+func TestManifestRBACWithoutOneRule(t *testing.T) {
+	k := k8stest.Start(t, k8stest.Options{Nodes: 1})
+	admin := k.Client(t)
+	ctx := context.Background()
+	manifest, err := install.Manifest(install.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_x", Image: install.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
+	require.NoError(t, err)
+	applyManifest(t, admin, manifest)
+	role, err := admin.RbacV1().ClusterRoles().Get(ctx, install.AgentName, metav1.GetOptions{})
+	require.NoError(t, err)
+	var kept []rbacv1.PolicyRule
+	for _, r := range role.Rules {
+		if len(r.APIGroups) == 1 && r.APIGroups[0] == "networking.k8s.io" {
+			continue
+		}
+		kept = append(kept, r)
+	}
+	require.Len(t, kept, len(role.Rules)-1)
+	role.Rules = kept
+	_, err = admin.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	cs, err := kubernetes.NewForConfig(k.ServiceAccountConfig(t, install.AgentNamespace, install.AgentName))
+	require.NoError(t, err)
+	r, err := reconcile.New(reconcile.Config{Client: cs})
+	require.NoError(t, err)
+	doc := desiredstate.Document{SchemaVersion: desiredstate.SchemaVersion, Environment: desiredstate.Environment{
+		OrgID: "00000000-0000-4000-8000-000000000001", Org: "acme", ProjectID: "00000000-0000-4000-8000-000000000002", Project: "shop",
+		ID: "00000000-0000-4000-8000-000000000003", Name: "staging", ClusterID: "00000000-0000-4000-8000-000000000004",
+		Namespace: desiredstate.Namespace("acme", "shop", "staging")},
+		Services: []desiredstate.Service{
+			{ID: "00000000-0000-4000-8000-000000000010", Name: "api", Release: &desiredstate.Release{ID: "r1", Number: 1, Image: "registry.example.com/api@sha256:" + strings.Repeat("a", 64)},
+				Processes: []desiredstate.Process{{Name: "web", Port: 8080, Replicas: 1}}, Domains: []string{"api.example.com"}},
+			{ID: "00000000-0000-4000-8000-000000000011", Name: "worker", Release: &desiredstate.Release{ID: "r2", Number: 1, Image: "registry.example.com/worker@sha256:" + strings.Repeat("b", 64)},
+				Processes: []desiredstate.Process{{Name: "worker", Replicas: 1}}},
+		}}
+	res, err := r.Apply(ctx, 1, "h", doc)
+	require.NoError(t, err)
+	outcomes := map[string]reconcile.Outcome{}
+	for _, o := range res.Services {
+		outcomes[o.Service] = o
+	}
+	require.Equal(t, reconcile.StateFailed, outcomes["api"].State)
+	require.Contains(t, strings.ToLower(outcomes["api"].Reason), "forbidden")
+	require.Equal(t, reconcile.StateApplied, outcomes["worker"].State, "everything else the manifest allows")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -598,15 +597,6 @@ func (a *API) decideChangeSet(approve bool) func(w http.ResponseWriter, r *http.
 		cs, err = query.ChangeSetByID(ctx, a.pool, id)
 		return http.StatusOK, cs, err
 	}
-}
-
-func sortedNames(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // LogPage is a page of a service's container logs; pass NextCursor as
