@@ -171,10 +171,13 @@ func (l *Link) Authenticate(r *http.Request) (transport.Peer, error) {
 }
 
 // Heads returns the latest revision of every environment of the clusters.
+// It reads the revision streams themselves, not the revisions table: a
+// revision is in its stream the moment the projections commit it, a batch
+// before the table has it, and agents are waiting.
 func (l *Link) Heads(ctx context.Context, clusterIDs []string) (map[string][]transport.Head, error) {
-	rows, err := l.cfg.Pool.Query(ctx, `SELECT e.cluster_id::text, r.environment_id::text, max(r.number)
-		FROM revisions r JOIN environments e ON e.id = r.environment_id
-		WHERE e.cluster_id = ANY($1::uuid[]) GROUP BY 1, 2`, clusterIDs)
+	rows, err := l.cfg.Pool.Query(ctx, `SELECT e.cluster_id::text, e.id::text,
+			(SELECT max(v.stream_version) FROM events v WHERE v.stream_id = 'revisions-' || e.id::text)
+		FROM environments e WHERE e.cluster_id = ANY($1::uuid[])`, clusterIDs)
 	if err != nil {
 		return nil, fmt.Errorf("latest revisions: %w", err)
 	}
@@ -183,9 +186,14 @@ func (l *Link) Heads(ctx context.Context, clusterIDs []string) (map[string][]tra
 	for rows.Next() {
 		var cluster string
 		var h transport.Head
-		if err := rows.Scan(&cluster, &h.EnvironmentID, &h.Revision); err != nil {
+		var rev *int
+		if err := rows.Scan(&cluster, &h.EnvironmentID, &rev); err != nil {
 			return nil, err
 		}
+		if rev == nil {
+			continue
+		}
+		h.Revision = *rev
 		out[cluster] = append(out[cluster], h)
 	}
 	return out, rows.Err()
@@ -195,13 +203,24 @@ func (l *Link) Heads(ctx context.Context, clusterIDs []string) (map[string][]tra
 // cannot be opened holds its service (the compiler holds those it knows of;
 // this covers a key lost after compiling).
 func (l *Link) Fetch(ctx context.Context, envID string, revision int) (transport.DesiredState, error) {
-	var hash string
-	var raw []byte
-	err := l.cfg.Pool.QueryRow(ctx, `SELECT hash, document FROM revisions WHERE environment_id = $1 AND number = $2`, envID, revision).Scan(&hash, &raw)
+	var typ string
+	var sv int16
+	var payload []byte
+	err := l.cfg.Pool.QueryRow(ctx, `SELECT event_type, schema_version, payload FROM events WHERE stream_id = $1 AND stream_version = $2`,
+		domain.RevisionStream(envID), revision).Scan(&typ, &sv, &payload)
 	if err != nil {
 		return transport.DesiredState{}, fmt.Errorf("revision %d of %s: %w", revision, envID, err)
 	}
-	doc, err := desiredstate.Decode(raw)
+	ev, err := domain.Decode(typ, int(sv), payload)
+	if err != nil {
+		return transport.DesiredState{}, err
+	}
+	rc, ok := ev.(domain.RevisionCompiled)
+	if !ok {
+		return transport.DesiredState{}, fmt.Errorf("revision %d of %s is a %s event", revision, envID, typ)
+	}
+	hash := rc.Hash
+	doc, err := desiredstate.Decode(rc.Document)
 	if err != nil {
 		return transport.DesiredState{}, fmt.Errorf("revision %d of %s: %w", revision, envID, err)
 	}
