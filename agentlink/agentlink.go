@@ -199,6 +199,28 @@ func (l *Link) Heads(ctx context.Context, clusterIDs []string) (map[string][]tra
 	return out, rows.Err()
 }
 
+// HeadsOf maps revisions (environment id -> revision) to their clusters.
+func (l *Link) HeadsOf(ctx context.Context, revisions map[string]int) (map[string][]transport.Head, error) {
+	ids := make([]string, 0, len(revisions))
+	for id := range revisions {
+		ids = append(ids, id)
+	}
+	rows, err := l.cfg.Pool.Query(ctx, `SELECT id::text, cluster_id::text FROM environments WHERE id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("clusters of environments: %w", err)
+	}
+	defer rows.Close()
+	out := map[string][]transport.Head{}
+	for rows.Next() {
+		var env, cluster string
+		if err := rows.Scan(&env, &cluster); err != nil {
+			return nil, err
+		}
+		out[cluster] = append(out[cluster], transport.Head{EnvironmentID: env, Revision: revisions[env]})
+	}
+	return out, rows.Err()
+}
+
 // Fetch loads a revision and opens its secrets for delivery. A secret that
 // cannot be opened holds its service (the compiler holds those it knows of;
 // this covers a key lost after compiling).

@@ -233,7 +233,7 @@ func (s *Store) append(ctx context.Context, q Querier, req AppendRequest) (Appen
 	_, inTx := q.(pgx.Tx)
 	if inTx {
 		// The caller commits later; the notification goes out then.
-		b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, req.StreamID)
+		b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprintf("%s@%d", req.StreamID, req.ExpectedVersion+len(req.Records)))
 	}
 	// Without an explicit transaction the whole batch runs as one implicit
 	// transaction: any failure rolls every statement back.

@@ -71,48 +71,69 @@ func Checkpoint(ctx context.Context, q Querier, name string) (Cursor, int64, err
 // subscription (its lock is per subscription and per transaction, so only one
 // process handles a subscription at a time: exactly once across replicas).
 func (s *Store) Step(ctx context.Context, sub Subscription) (int, error) {
+	n, _, err := s.step(ctx, sub)
+	return n, err
+}
+
+// step handles at most one batch and also reports whether events committed
+// after the checkpoint are still behind the commit horizon (an older
+// transaction is open): their wake-up has come and gone, so the caller must
+// look again soon rather than wait for the next one.
+func (s *Store) step(ctx context.Context, sub Subscription) (n int, pendingOut bool, err error) {
 	sub.setDefaults()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("subscription %s: beginning: %w", sub.Name, err)
+		return 0, false, fmt.Errorf("subscription %s: beginning: %w", sub.Name, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	var locked bool
 	// An advisory lock assigns no transaction id, so this transaction does not
 	// hold back the commit horizon it is about to read behind.
 	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, lockKey(sub.Name)).Scan(&locked); err != nil {
-		return 0, fmt.Errorf("subscription %s: locking: %w", sub.Name, err)
+		return 0, false, fmt.Errorf("subscription %s: locking: %w", sub.Name, err)
 	}
 	if !locked {
-		return 0, nil
+		return 0, false, nil
 	}
 	cur, _, err := Checkpoint(ctx, tx, sub.Name)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	events, err := ReadAll(ctx, tx, cur, sub.BatchSize)
 	if err != nil {
-		return 0, fmt.Errorf("subscription %s: %w", sub.Name, err)
+		return 0, false, fmt.Errorf("subscription %s: %w", sub.Name, err)
 	}
-	if len(events) == 0 {
-		return 0, nil
+	if len(events) < sub.BatchSize {
+		var pending bool
+		last := cur
+		if len(events) > 0 {
+			last = events[len(events)-1].Cursor()
+		}
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE (transaction_id, position) > ($1::text::xid8, $2))`,
+			fmt.Sprint(last.TxID), last.Position).Scan(&pending); err != nil {
+			return 0, false, fmt.Errorf("subscription %s: %w", sub.Name, err)
+		}
+		if len(events) == 0 {
+			return 0, pending, nil
+		}
+		defer func() { pendingOut = pending }()
 	}
 	if err := sub.Handle(ctx, tx, events); err != nil {
-		return 0, fmt.Errorf("subscription %s: handling events %d..%d: %w", sub.Name, events[0].Position, events[len(events)-1].Position, err)
+		return 0, false, fmt.Errorf("subscription %s: handling events %d..%d: %w", sub.Name, events[0].Position, events[len(events)-1].Position, err)
 	}
 	last := events[len(events)-1].Cursor()
 	tag, err := tx.Exec(ctx, `UPDATE subscription_checkpoints SET transaction_id = $2::text::xid8, position = $3, events = events + $4 WHERE name = $1`,
 		sub.Name, fmt.Sprint(last.TxID), last.Position, len(events))
 	if err != nil {
-		return 0, fmt.Errorf("subscription %s: saving checkpoint: %w", sub.Name, err)
+		return 0, false, fmt.Errorf("subscription %s: saving checkpoint: %w", sub.Name, err)
 	}
 	if tag.RowsAffected() != 1 {
-		return 0, fmt.Errorf("subscription %s: checkpoint row is missing", sub.Name)
+		return 0, false, fmt.Errorf("subscription %s: checkpoint row is missing", sub.Name)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("subscription %s: committing: %w", sub.Name, err)
+		return 0, false, fmt.Errorf("subscription %s: committing: %w", sub.Name, err)
 	}
-	return len(events), nil
+	return len(events), false, nil
 }
 
 // Run handles batches until ctx ends: at once while full batches come, then
@@ -124,8 +145,9 @@ func (s *Store) Run(ctx context.Context, sub Subscription) error {
 		return err
 	}
 	backoff := 100 * time.Millisecond
+	wait := 5 * time.Millisecond
 	for {
-		n, err := s.Step(ctx, sub)
+		n, pending, err := s.step(ctx, sub)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -141,6 +163,16 @@ func (s *Store) Run(ctx context.Context, sub Subscription) error {
 		if n == sub.BatchSize {
 			continue
 		}
+		if pending {
+			// Committed events wait behind an older open transaction: look
+			// again soon, less often the longer it stays open.
+			if !sleep(ctx, wait) {
+				return nil
+			}
+			wait = min(wait*2, 200*time.Millisecond)
+			continue
+		}
+		wait = 5 * time.Millisecond
 		select {
 		case <-ctx.Done():
 			return nil

@@ -23,6 +23,34 @@ type Waker struct {
 	mu      sync.Mutex
 	subs    []chan struct{}
 	changed chan struct{}
+	// appended holds the payloads (stream@version) of append notifications
+	// since the last TakeAppended; overflow says some were not kept.
+	appended []string
+	overflow bool
+}
+
+// maxAppended bounds the payloads kept between two TakeAppended calls.
+const maxAppended = 10000
+
+// TakeAppended returns the streams appended to (as stream@version) since the
+// last call, and whether some were lost (too many, or a reconnect): then the
+// caller must look at everything.
+func (w *Waker) TakeAppended() ([]string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out, lost := w.appended, w.overflow
+	w.appended, w.overflow = nil, false
+	return out, lost
+}
+
+func (w *Waker) note(payload string, lost bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if lost || len(w.appended) >= maxAppended {
+		w.overflow = true
+		return
+	}
+	w.appended = append(w.appended, payload)
 }
 
 // NewWaker returns a waker; group names this process's watermill consumer
@@ -101,11 +129,16 @@ func (w *Waker) listenOnce(ctx context.Context) error {
 			return fmt.Errorf("listening on %s: %w", ch, err)
 		}
 	}
-	// Anything committed while we were not listening: look now.
+	// Anything committed while we were not listening: look now, at everything.
+	w.note("", true)
 	w.wake()
 	for {
-		if _, err := pc.WaitForNotification(ctx); err != nil {
+		n, err := pc.WaitForNotification(ctx)
+		if err != nil {
 			return err
+		}
+		if n.Channel == NotifyChannel {
+			w.note(n.Payload, false)
 		}
 		w.wake()
 	}

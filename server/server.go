@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -150,7 +151,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		"waker":       waker.Run,
 		"projections": func(ctx context.Context) error { return proj.Run(ctx, waker.Subscribe()) },
 		"jobs":        sched.Run,
-		"agent-hub":   func(ctx context.Context) error { return refreshHub(ctx, hub, link, waker.Subscribe(), log) },
+		"agent-hub":   func(ctx context.Context) error { return refreshHub(ctx, hub, link, waker, log) },
 	} {
 		wg.Add(1)
 		go func() {
@@ -223,18 +224,43 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 // refreshHub pushes new revisions to this replica's agents whenever events
 // or projections commit anywhere, and drops agents whose credential was
 // revoked, on whichever replica it was revoked.
-func refreshHub(ctx context.Context, hub *transport.Hub, link *agentlink.Link, wake <-chan struct{}, log *slog.Logger) error {
+func refreshHub(ctx context.Context, hub *transport.Hub, link *agentlink.Link, waker *eventstore.Waker, log *slog.Logger) error {
+	wake := waker.Subscribe()
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	for {
+		full := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
 		case <-tick.C:
+			full = true
 		}
-		if err := hub.Refresh(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("pushing revisions to agents", "err", err)
+		// A notification names the revision stream and version appended to:
+		// those go straight to their clusters' agents. Everything is looked
+		// at when notifications were lost, and every few seconds anyway.
+		appended, lost := waker.TakeAppended()
+		revisions := map[string]int{}
+		for _, p := range appended {
+			stream, v, ok := strings.Cut(p, "@")
+			env, isRev := strings.CutPrefix(stream, "revisions-")
+			if n, err := strconv.Atoi(v); ok && isRev && err == nil && n > revisions[env] {
+				revisions[env] = n
+			}
+		}
+		switch {
+		case full || lost:
+			if err := hub.Refresh(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("pushing revisions to agents", "err", err)
+			}
+		case len(revisions) > 0:
+			heads, err := link.HeadsOf(ctx, revisions)
+			if err != nil {
+				log.Warn("pushing revisions to agents", "err", err)
+				continue
+			}
+			hub.Deliver(ctx, heads)
 		}
 		peers := hub.Connected()
 		if len(peers) == 0 {

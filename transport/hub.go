@@ -324,6 +324,29 @@ func (h *Hub) deliver(ctx context.Context, ac *agentConn, heads []Head, fetched 
 	}
 }
 
+// Deliver sends the given heads to the connected agents of their clusters:
+// for revisions whose recording this replica was told of.
+func (h *Hub) Deliver(ctx context.Context, heads map[string][]Head) {
+	h.mu.Lock()
+	var conns []*agentConn
+	for _, ac := range h.conns {
+		if _, ok := heads[ac.peer.ClusterID]; ok {
+			conns = append(conns, ac)
+		}
+	}
+	h.mu.Unlock()
+	var fetched sync.Map
+	var wg sync.WaitGroup
+	for _, ac := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.deliver(ctx, ac, heads[ac.peer.ClusterID], &fetched)
+		}()
+	}
+	wg.Wait()
+}
+
 // Refresh sends every connected agent the revisions it does not have: called
 // when revisions were recorded, on this replica or another.
 func (h *Hub) Refresh(ctx context.Context) error {
