@@ -79,7 +79,7 @@ func (s *Store) Step(ctx context.Context, sub Subscription) (int, error) {
 // after the checkpoint are still behind the commit horizon (an older
 // transaction is open): their wake-up has come and gone, so the caller must
 // look again soon rather than wait for the next one.
-func (s *Store) step(ctx context.Context, sub Subscription) (n int, pendingOut bool, err error) {
+func (s *Store) step(ctx context.Context, sub Subscription) (int, bool, error) {
 	sub.setDefaults()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -103,8 +103,8 @@ func (s *Store) step(ctx context.Context, sub Subscription) (n int, pendingOut b
 	if err != nil {
 		return 0, false, fmt.Errorf("subscription %s: %w", sub.Name, err)
 	}
+	var pending bool
 	if len(events) < sub.BatchSize {
-		var pending bool
 		last := cur
 		if len(events) > 0 {
 			last = events[len(events)-1].Cursor()
@@ -116,7 +116,6 @@ func (s *Store) step(ctx context.Context, sub Subscription) (n int, pendingOut b
 		if len(events) == 0 {
 			return 0, pending, nil
 		}
-		defer func() { pendingOut = pending }()
 	}
 	if err := sub.Handle(ctx, tx, events); err != nil {
 		return 0, false, fmt.Errorf("subscription %s: handling events %d..%d: %w", sub.Name, events[0].Position, events[len(events)-1].Position, err)
@@ -133,7 +132,7 @@ func (s *Store) step(ctx context.Context, sub Subscription) (n int, pendingOut b
 	if err := tx.Commit(ctx); err != nil {
 		return 0, false, fmt.Errorf("subscription %s: committing: %w", sub.Name, err)
 	}
-	return len(events), false, nil
+	return len(events), pending, nil
 }
 
 // Run handles batches until ctx ends: at once while full batches come, then
