@@ -259,6 +259,25 @@ func TestEndToEnd(t *testing.T) {
 		return false
 	}, 30*time.Second, 200*time.Millisecond, "container logs arrive through the pods/log API")
 
+	// A warning about a managed object is reported too.
+	_, err = admin.CoreV1().Events(ns).Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "api-web-r1.warning", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{Kind: "Deployment", Namespace: ns, Name: "api-web-r1", APIVersion: "apps/v1"},
+		Reason:         "ProbeFailed", Message: "readiness probe failed", Type: corev1.EventTypeWarning, Count: 1,
+		FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Source: corev1.EventSource{Component: "test"},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var evs []struct{ Object, Reason string }
+		c.do("GET", "/clusters/eu-1/events", nil, &evs)
+		for _, e := range evs {
+			if e.Reason == "ProbeFailed" && e.Object == "deployment/api-web-r1" {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 200*time.Millisecond, "warning events of managed objects are reported")
+
 	sec, err := admin.CoreV1().Secrets(ns).Get(ctx, "api-r1", metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "pw-s3cret-value", string(sec.Data["DB_PASSWORD"]), "secrets reach the cluster only as Kubernetes Secrets")

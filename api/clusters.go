@@ -183,3 +183,8 @@ func (a *API) nodes(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 	n, err := query.Nodes(r.Context(), a.pool, c.cluster.ID)
 	return http.StatusOK, n, err
 }
+
+func (a *API) clusterEvents(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	e, err := query.ClusterEvents(r.Context(), a.pool, c.cluster.ID)
+	return http.StatusOK, e, err
+}

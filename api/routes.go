@@ -129,6 +129,8 @@ func (a *API) routeTable() []route {
 			response: LogPage{}, status: ok, query: []param{{"cursor", "nextCursor of the previous page", "integer"}, limit}, handle: a.logs},
 		{method: "GET", path: envPath + "/workloads", tag: "state", summary: "Desired and ready pods of each release and process, as the agent reports them", scope: read,
 			response: []query.Workload{}, status: ok, handle: a.workloads},
+		{method: "GET", path: clusterPath + "/events", tag: "clusters", summary: "Kubernetes warning events about managed objects, as the agent reports them", scope: srvRead,
+			response: []query.ClusterEvent{}, status: ok, handle: a.clusterEvents},
 		{method: "GET", path: clusterPath + "/nodes", tag: "clusters", summary: "The cluster's nodes, as its agent reports them", scope: srvRead,
 			response: []query.Node{}, status: ok, handle: a.nodes},
 		{method: "GET", path: envPath + "/changesets", tag: "changesets", summary: "Change sets of a protected environment", scope: read, response: []query.ChangeSet{}, status: ok,

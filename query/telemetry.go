@@ -126,3 +126,33 @@ func Nodes(ctx context.Context, q eventstore.Querier, clusterID string) ([]Node,
 	}
 	return out, rows.Err()
 }
+
+// ClusterEvent is a warning event about a managed object, as reported.
+type ClusterEvent struct {
+	EnvironmentID string    `json:"environmentId,omitempty"`
+	Namespace     string    `json:"namespace"`
+	Object        string    `json:"object"`
+	Reason        string    `json:"reason"`
+	Message       string    `json:"message"`
+	Count         int       `json:"count"`
+	LastSeen      time.Time `json:"lastSeen"`
+}
+
+// ClusterEvents lists a cluster's reported warning events, newest first.
+func ClusterEvents(ctx context.Context, q eventstore.Querier, clusterID string) ([]ClusterEvent, error) {
+	rows, err := q.Query(ctx, `SELECT coalesce(environment_id::text, ''), namespace, object, reason, message, count, last_seen
+		FROM cluster_events WHERE cluster_id::text = $1 ORDER BY last_seen DESC, object`, clusterID)
+	if err != nil {
+		return nil, fmt.Errorf("events of %s: %w", clusterID, err)
+	}
+	defer rows.Close()
+	out := []ClusterEvent{}
+	for rows.Next() {
+		var e ClusterEvent
+		if err := rows.Scan(&e.EnvironmentID, &e.Namespace, &e.Object, &e.Reason, &e.Message, &e.Count, &e.LastSeen); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
