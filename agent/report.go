@@ -49,8 +49,9 @@ func (a *Agent) reportLoop(ctx context.Context) {
 	}()
 	for {
 		if a.leader.Load() {
-			a.sendStatus(ctx)
-			a.followLogs(ctx, streams, &mu)
+			nsEnv := a.managedNamespaces(ctx)
+			a.sendStatus(ctx, nsEnv)
+			a.followLogs(ctx, nsEnv, streams, &mu)
 		}
 		select {
 		case <-ctx.Done():
@@ -60,7 +61,21 @@ func (a *Agent) reportLoop(ctx context.Context) {
 	}
 }
 
-func (a *Agent) sendStatus(ctx context.Context) {
+// managedNamespaces maps the environments' namespaces to their environment ids.
+func (a *Agent) managedNamespaces(ctx context.Context) map[string]string {
+	nsEnv := map[string]string{}
+	nss, err := a.cfg.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: managedBy})
+	if err != nil {
+		a.cfg.Logger.Warn("listing the environments' namespaces for reports", "err", err)
+		return nsEnv
+	}
+	for _, ns := range nss.Items {
+		nsEnv[ns.Name] = ns.Labels[environmentIDKey]
+	}
+	return nsEnv
+}
+
+func (a *Agent) sendStatus(ctx context.Context, nsEnv map[string]string) {
 	cs := a.cfg.Client
 	var st transport.Status
 	if nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
@@ -77,12 +92,6 @@ func (a *Agent) sendStatus(ctx context.Context) {
 		}
 	} else {
 		a.cfg.Logger.Warn("listing nodes for the status report", "err", err)
-	}
-	nsEnv := map[string]string{}
-	if nss, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: managedBy}); err == nil {
-		for _, ns := range nss.Items {
-			nsEnv[ns.Name] = ns.Labels[environmentIDKey]
-		}
 	}
 	if deps, err := cs.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: managedBy}); err == nil {
 		for _, d := range deps.Items {
@@ -118,16 +127,10 @@ func workload(d appsv1.Deployment, env string) transport.WorkloadStatus {
 
 // followLogs starts a log stream for every running managed container that
 // has none, and ends the streams of pods that are gone.
-func (a *Agent) followLogs(ctx context.Context, streams map[string]context.CancelFunc, mu *sync.Mutex) {
+func (a *Agent) followLogs(ctx context.Context, nsEnv map[string]string, streams map[string]context.CancelFunc, mu *sync.Mutex) {
 	pods, err := a.cfg.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: managedBy})
 	if err != nil {
 		return
-	}
-	nsEnv := map[string]string{}
-	if nss, err := a.cfg.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: managedBy}); err == nil {
-		for _, ns := range nss.Items {
-			nsEnv[ns.Name] = ns.Labels[environmentIDKey]
-		}
 	}
 	seen := map[string]bool{}
 	for _, p := range pods.Items {

@@ -342,6 +342,7 @@ func TestWakerWakesOnAppend(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no wake-up when listening started")
 	}
+	_, _ = w.TakeAppended()
 	_, err := s.Append(ctx, appendReq("w", 0, rec("a", 1)))
 	require.NoError(t, err)
 	select {
@@ -349,6 +350,16 @@ func TestWakerWakesOnAppend(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no wake-up after an append")
 	}
+	// Only the notification (not the outbox's polling) names the append.
+	require.Eventually(t, func() bool {
+		appended, _ := w.TakeAppended()
+		for _, a := range appended {
+			if a == "w@1" {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond, "the append's notification names its stream and version")
 }
 
 func TestCheckpointIsCommittedWithHandlerWrites(t *testing.T) {

@@ -242,8 +242,11 @@ func refreshHub(ctx context.Context, hub *transport.Hub, link *agentlink.Link, w
 		// at when notifications were lost, and every few seconds anyway.
 		appended, lost := waker.TakeAppended()
 		revisions := map[string]int{}
+		clusterChanged := false
 		for _, p := range appended {
 			stream, v, ok := strings.Cut(p, "@")
+			// A revoked credential is an event of its cluster's stream.
+			clusterChanged = clusterChanged || strings.HasPrefix(stream, "cluster-")
 			env, isRev := strings.CutPrefix(stream, "revisions-")
 			if n, err := strconv.Atoi(v); ok && isRev && err == nil && n > revisions[env] {
 				revisions[env] = n
@@ -261,6 +264,9 @@ func refreshHub(ctx context.Context, hub *transport.Hub, link *agentlink.Link, w
 				continue
 			}
 			hub.Deliver(ctx, heads)
+		}
+		if !full && !lost && !clusterChanged {
+			continue
 		}
 		peers := hub.Connected()
 		if len(peers) == 0 {
