@@ -77,9 +77,27 @@ func (c *conn) writer() {
 			code, reason := c.code, c.reason
 			c.mu.Unlock()
 			if code != websocket.CloseAbnormalClosure {
+				// Frames queued before the close (such as the error that says
+				// why) go out first.
+				c.drain()
 				_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
 			}
 			_ = c.ws.Close()
+			return
+		}
+	}
+}
+
+// drain writes the frames still queued, without waiting for more.
+func (c *conn) drain() {
+	for {
+		select {
+		case frame := <-c.out:
+			_ = c.ws.SetWriteDeadline(time.Now().Add(time.Second))
+			if c.ws.WriteMessage(websocket.TextMessage, frame) != nil {
+				return
+			}
+		default:
 			return
 		}
 	}
