@@ -65,6 +65,10 @@ type Release struct {
 	// Image is an image reference pinned by digest, so the same document
 	// always means the same bytes running.
 	Image string `json:"image"`
+	// DeploymentID is the deployment that asked for this release to run: the
+	// agent reports the rollout's stages under it. Empty in documents that
+	// predate rollout stages.
+	DeploymentID string `json:"deploymentId,omitempty"`
 }
 
 // Process is one kind of process of a service: web, worker, ...

@@ -40,6 +40,7 @@ type HubConfig struct {
 	OnAck        func(ctx context.Context, p Peer, a Ack)
 	OnStatus     func(ctx context.Context, p Peer, s Status)
 	OnLogs       func(ctx context.Context, p Peer, l Logs)
+	OnStage      func(ctx context.Context, p Peer, s StageReport)
 	OnDisconnect func(ctx context.Context, p Peer, reason string)
 	Logger       *slog.Logger
 	// ReadTimeout closes a connection that sent nothing (not even a pong) for
@@ -248,6 +249,14 @@ func (h *Hub) readLoop(ctx context.Context, ac *agentConn) string {
 			}
 			if h.cfg.OnLogs != nil {
 				h.cfg.OnLogs(ctx, *ac.peer, l)
+			}
+		case TypeStage:
+			var st StageReport
+			if err := DecodePayload(env, &st); err != nil {
+				return err.Error()
+			}
+			if h.cfg.OnStage != nil {
+				h.cfg.OnStage(ctx, *ac.peer, st)
 			}
 		default:
 			return fmt.Sprintf("unknown frame type %q", truncate(env.Type, 40))

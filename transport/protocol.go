@@ -49,6 +49,7 @@ const (
 	TypeAck          = "ack"
 	TypeStatus       = "status"
 	TypeLogs         = "logs"
+	TypeStage        = "stage"
 	TypeError        = "error"
 )
 
@@ -158,6 +159,36 @@ type ClusterEvent struct {
 	Message       string    `json:"message"`
 	Count         int       `json:"count"`
 	LastSeen      time.Time `json:"lastSeen"`
+}
+
+// Rollout stages an agent reports for a deployment, in order. A deployment
+// ends succeeded; failing and superseding are decided by the control plane.
+const (
+	StageStarting  = "starting"
+	StageProbing   = "probing"
+	StageSwitching = "switching"
+	StageRetiring  = "retiring"
+	StageSucceeded = "succeeded"
+)
+
+// StageReport is the leader's report of where one deployment's rollout
+// stands in its cluster. The agent sends one whenever the stage, the pod
+// counts or the detail change, and again after each reconnect.
+type StageReport struct {
+	EnvironmentID string `json:"environmentId"`
+	DeploymentID  string `json:"deploymentId"`
+	Service       string `json:"service"`
+	// Release is the release number being rolled out.
+	Release int    `json:"release"`
+	Stage   string `json:"stage"`
+	// Ready and Desired count the new release's pods over all its processes.
+	Ready   int `json:"ready"`
+	Desired int `json:"desired"`
+	// Detail says why pods are not ready yet, from pod conditions and
+	// events ("ImagePullBackOff: ...", "CrashLoopBackOff", "Readiness probe
+	// failed: ..."); empty when nothing is wrong.
+	Detail string    `json:"detail,omitempty"`
+	Time   time.Time `json:"time"`
 }
 
 // Logs is a batch of container log lines of one pod.
