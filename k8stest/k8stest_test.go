@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,4 +265,69 @@ func assertEventually(timeout time.Duration, cond func() bool) bool {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// Pods of a SlowReady image run at once and turn Ready SlowReadyDelay later;
+// those of a NeverReady image run and never turn Ready, with a readiness
+// Warning event; any other image is Ready at once.
+func TestSlowAndNeverReadyImages(t *testing.T) {
+	c := k8stest.Shared(t)
+	cs := c.Client(t)
+	ns := c.Namespace(t)
+	ctx := t.Context()
+	for name, image := range map[string]string{
+		"fast":  "registry.example/fast:1",
+		"slow":  "registry.example/" + k8stest.SlowReady + ":1",
+		"never": "registry.example/app@sha256:" + k8stest.NeverReady,
+	} {
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: image}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	pod := func(name string) (running, ready bool, ip string) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		return p.Status.Phase == corev1.PodRunning, ready, p.Status.PodIP
+	}
+	require.Eventually(t, func() bool { _, ready, _ := pod("fast"); return ready }, 30*time.Second, 100*time.Millisecond, "an ordinary image is Ready at once")
+	var runningAt, readyAt time.Time
+	for deadline := time.Now().Add(30 * time.Second); readyAt.IsZero(); time.Sleep(100 * time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "a slow-ready pod runs, then becomes Ready, within 30 s")
+		running, ready, ip := pod("slow")
+		require.False(t, ready && runningAt.IsZero(), "a slow-ready pod is not Ready before it runs")
+		if running && ip != "" && runningAt.IsZero() {
+			runningAt = time.Now()
+		}
+		if ready {
+			readyAt = time.Now()
+		}
+	}
+	readyAfter := readyAt.Sub(runningAt)
+	t.Logf("slow-ready: Ready %v after Running", readyAfter.Round(time.Millisecond))
+	require.Greater(t, readyAfter, k8stest.SlowReadyDelay-time.Second, "not Ready before the delay")
+
+	running, ready, ip := pod("never")
+	require.True(t, running, "a never-ready pod runs")
+	require.NotEmpty(t, ip)
+	require.False(t, ready, "a never-ready pod is not Ready, even after the slow one is")
+	p, err := cs.CoreV1().Pods(ns).Get(ctx, "never", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.False(t, p.Status.ContainerStatuses[0].Ready)
+	require.Eventually(t, func() bool {
+		evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=never,type=Warning"})
+		require.NoError(t, err)
+		for _, e := range evs.Items {
+			if e.Reason == "Unhealthy" && strings.HasPrefix(e.Message, "Readiness probe failed") {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 100*time.Millisecond, "a never-ready pod has a readiness Warning event")
 }

@@ -333,15 +333,19 @@ current-context: k8stest
 	return nil
 }
 
-// kwokConfig is the fast node and pod Stages followed by one ClusterLogs
-// object per LogFile.
+// kwokConfig is the fast node and pod Stages, the slow ones of podStages,
+// and one ClusterLogs object per LogFile.
 func kwokConfig(stagesPath string, logs []LogFile) ([]byte, error) {
 	stages, err := os.ReadFile(stagesPath)
 	if err != nil {
 		return nil, fmt.Errorf("reading kwok's stages: %w", err)
 	}
+	all, err := podStages(string(stages))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", stagesPath, err)
+	}
 	var b strings.Builder
-	b.Write(stages)
+	b.WriteString(all)
 	for i, l := range logs {
 		if l.Path == "" {
 			return nil, fmt.Errorf("Options.Logs[%d] has no Path", i)
