@@ -91,12 +91,14 @@ type DeployResponse struct {
 	ChangeSet  *query.ChangeSet  `json:"changeSet,omitempty"`
 }
 
-// ChangeSetDecision approves or rejects a change set.
+// ChangeSetDecision approves or rejects a change set. An approval names the
+// version of the change set it approves (409 when it changed since).
 type ChangeSetDecision struct {
-	Reason string `json:"reason,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Version int    `json:"version,omitempty"`
 }
 
-func (a *API) projectCommand(ctx context.Context, r *http.Request, c *call, cmd any) (command.Result, error) {
+func (a *API) projectCommand(ctx context.Context, r *http.Request, c *call, cmd domain.ProjectCommand) (command.Result, error) {
 	res, err := a.cmd.Project(ctx, commandContext(r, c), c.org.ID, c.project.ID, cmd)
 	if err != nil {
 		return res, err
@@ -472,16 +474,17 @@ func (a *API) rollback(w http.ResponseWriter, r *http.Request, c *call) (int, an
 	if err != nil {
 		return 0, nil, err
 	}
-	var target string
-	for _, rel := range rels {
+	var target *query.Release
+	for i, rel := range rels {
 		if rel.Number == req.Release {
-			target = rel.ID
+			target = &rels[i]
 		}
 	}
-	if target == "" {
+	if target == nil {
 		return 0, nil, notFound("release " + strconv.Itoa(req.Release))
 	}
-	cmd := domain.Rollback{EnvironmentID: c.env.ID, ServiceID: c.service.ID, ReleaseID: target, DeploymentID: uuid.NewString()}
+	cmd := domain.Rollback{EnvironmentID: c.env.ID, ServiceID: c.service.ID, ReleaseID: target.ID, DeploymentID: uuid.NewString(),
+		Release: domain.ReleaseRef{EnvironmentID: c.env.ID, ServiceID: c.service.ID, Number: target.Number, Image: target.Image}}
 	res, err := a.projectCommand(ctx, r, c, cmd)
 	if err != nil {
 		return 0, nil, err
@@ -587,9 +590,9 @@ func (a *API) decideChangeSet(approve bool) func(w http.ResponseWriter, r *http.
 		if err != nil || cs.EnvironmentID != c.env.ID {
 			return 0, nil, notFound("change set " + id)
 		}
-		var cmd any = domain.RejectChangeSet{ChangeSetID: id, Reason: req.Reason}
+		var cmd domain.ProjectCommand = domain.RejectChangeSet{ChangeSetID: id, Reason: req.Reason}
 		if approve {
-			cmd = domain.ApproveChangeSet{ChangeSetID: id}
+			cmd = domain.ApproveChangeSet{ChangeSetID: id, Version: req.Version}
 		}
 		if _, err := a.projectCommand(ctx, r, c, cmd); err != nil {
 			return 0, nil, err

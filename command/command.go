@@ -7,6 +7,7 @@ package command
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -75,6 +76,68 @@ func New(cfg Config) (*Handler, error) {
 
 type aggregate interface{ Apply(domain.Event) }
 
+// timedAggregate is an aggregate whose state keeps when events happened.
+type timedAggregate interface {
+	ApplyAt(domain.Event, time.Time)
+}
+
+func apply(state aggregate, e domain.Event, at time.Time) {
+	if t, ok := state.(timedAggregate); ok {
+		t.ApplyAt(e, at)
+		return
+	}
+	state.Apply(e)
+}
+
+// SnapshotEvery is how many events a stream grows past its snapshot before
+// a new snapshot is kept: deciding a command reads the snapshot and at most
+// this many events, however long the stream's history.
+const SnapshotEvery = 100
+
+// snapshotSchema versions the JSON encoding of the aggregates' states; a
+// snapshot of another version is ignored. Bump it whenever an aggregate's
+// state changes shape.
+const snapshotSchema = 2
+
+// load folds a stream into fresh state, starting from its snapshot.
+func load[A aggregate](ctx context.Context, h *Handler, stream, orgID string, fresh func() A) (A, int, int, error) {
+	state := fresh()
+	version, base := 0, 0
+	snap, ok, err := h.cfg.Store.LoadSnapshot(ctx, stream)
+	if err != nil {
+		h.cfg.Logger.Warn("reading a snapshot; folding the whole stream", "stream", stream, "err", err)
+		ok = false
+	}
+	if ok && snap.Schema == snapshotSchema {
+		if orgID != "" && snap.OrgID != "" && snap.OrgID != orgID {
+			return state, 0, 0, fmt.Errorf("%w: %s", domain.ErrNotFound, stream)
+		}
+		if err := json.Unmarshal(snap.State, state); err != nil {
+			h.cfg.Logger.Warn("ignoring an unreadable snapshot", "stream", stream, "err", err)
+			state = fresh()
+		} else {
+			version, base = snap.Version, snap.Version
+		}
+	}
+	events, err := h.cfg.Store.ReadStream(ctx, stream, version)
+	if err != nil {
+		return state, 0, 0, err
+	}
+	for _, e := range events {
+		// One organisation never reaches another's aggregates.
+		if orgID != "" && e.OrgID != "" && e.OrgID != orgID {
+			return state, 0, 0, fmt.Errorf("%w: %s", domain.ErrNotFound, stream)
+		}
+		d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
+		if err != nil {
+			return state, 0, 0, fmt.Errorf("loading %s: %w", stream, err)
+		}
+		apply(state, d, e.OccurredAt)
+		version = e.StreamVersion
+	}
+	return state, version, base, nil
+}
+
 // run is the load-decide-append loop shared by every aggregate.
 func run[A aggregate](ctx context.Context, h *Handler, c Context, stream, orgID string, fresh func() A,
 	decide func(A, domain.Meta) (domain.Decision, error)) (Result, error) {
@@ -83,23 +146,9 @@ func run[A aggregate](ctx context.Context, h *Handler, c Context, stream, orgID 
 	}
 	var lastErr error
 	for attempt := 0; attempt < h.cfg.Attempts; attempt++ {
-		events, err := h.cfg.Store.ReadStream(ctx, stream, 0)
+		state, version, base, err := load(ctx, h, stream, orgID, fresh)
 		if err != nil {
 			return Result{}, err
-		}
-		state := fresh()
-		version := 0
-		for _, e := range events {
-			// One organisation never reaches another's aggregates.
-			if orgID != "" && e.OrgID != "" && e.OrgID != orgID {
-				return Result{}, fmt.Errorf("%w: %s", domain.ErrNotFound, stream)
-			}
-			d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
-			if err != nil {
-				return Result{}, fmt.Errorf("loading %s: %w", stream, err)
-			}
-			state.Apply(d)
-			version = e.StreamVersion
 		}
 		m := domain.Meta{Actor: c.Actor, Person: c.Person, CommandID: c.CommandID, Now: h.cfg.Now().UTC()}
 		dec, err := decide(state, m)
@@ -128,6 +177,9 @@ func run[A aggregate](ctx context.Context, h *Handler, c Context, stream, orgID 
 		}
 		appended, err := h.cfg.Store.Append(ctx, req)
 		if err == nil {
+			if appended.Version-base >= SnapshotEvery {
+				h.snapshot(ctx, stream, orgID, state, dec.Events, m.Now, appended.Version)
+			}
 			return Result{Version: appended.Version, Events: dec.Events, Last: appended.Last}, nil
 		}
 		if errors.Is(err, eventstore.ErrNameTaken) {
@@ -142,6 +194,25 @@ func run[A aggregate](ctx context.Context, h *Handler, c Context, stream, orgID 
 	return Result{}, fmt.Errorf("%w: %s changed %d times while deciding: %v", domain.ErrConflict, stream, h.cfg.Attempts, lastErr)
 }
 
+// snapshot keeps the state after the command's events: the decided state
+// with those events folded in (deciding never changes the state it is given;
+// the domain decides on copies). Snapshots are a cache: a failure to keep one
+// is logged and costs only reading more events next time.
+func (h *Handler) snapshot(ctx context.Context, stream, orgID string, state aggregate, events []domain.Event, at time.Time, version int) {
+	for _, e := range events {
+		apply(state, e, at)
+	}
+	b, err := json.Marshal(state)
+	if err != nil {
+		h.cfg.Logger.Warn("encoding a snapshot", "stream", stream, "err", err)
+		return
+	}
+	snap := eventstore.Snapshot{StreamID: stream, OrgID: orgID, Version: version, Schema: snapshotSchema, State: b}
+	if err := h.cfg.Store.SaveSnapshot(ctx, snap); err != nil {
+		h.cfg.Logger.Warn("saving a snapshot", "stream", stream, "err", err)
+	}
+}
+
 // Instance executes an instance settings command.
 func (h *Handler) Instance(ctx context.Context, c Context, cmd domain.SetAgentAutoUpgrade) (Result, error) {
 	return run(ctx, h, c, domain.InstanceStream(), "", domain.NewInstance,
@@ -149,25 +220,33 @@ func (h *Handler) Instance(ctx context.Context, c Context, cmd domain.SetAgentAu
 }
 
 // User executes a user command (registration, password, tokens).
-func (h *Handler) User(ctx context.Context, c Context, userID string, cmd any) (Result, error) {
+func (h *Handler) User(ctx context.Context, c Context, userID string, cmd domain.UserCommand) (Result, error) {
 	return run(ctx, h, c, domain.UserStream(userID), "", domain.NewUser,
 		func(s *domain.User, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
 }
 
 // Organisation executes an organisation command.
-func (h *Handler) Organisation(ctx context.Context, c Context, orgID string, cmd any) (Result, error) {
+func (h *Handler) Organisation(ctx context.Context, c Context, orgID string, cmd domain.OrganisationCommand) (Result, error) {
 	return run(ctx, h, c, domain.OrgStream(orgID), orgID, domain.NewOrganisation,
 		func(s *domain.Organisation, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
 }
 
 // Cluster executes a cluster command.
-func (h *Handler) Cluster(ctx context.Context, c Context, orgID, clusterID string, cmd any) (Result, error) {
+func (h *Handler) Cluster(ctx context.Context, c Context, orgID, clusterID string, cmd domain.ClusterCommand) (Result, error) {
 	return run(ctx, h, c, domain.ClusterStream(clusterID), orgID, domain.NewCluster,
 		func(s *domain.Cluster, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
 }
 
 // Project executes a project command.
-func (h *Handler) Project(ctx context.Context, c Context, orgID, projectID string, cmd any) (Result, error) {
+func (h *Handler) Project(ctx context.Context, c Context, orgID, projectID string, cmd domain.ProjectCommand) (Result, error) {
 	return run(ctx, h, c, domain.ProjectStream(projectID), orgID, domain.NewProject,
 		func(s *domain.Project, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
+}
+
+// Deployment executes a deployment command (stage reports, verdicts).
+func (h *Handler) Deployment(ctx context.Context, c Context, orgID, deploymentID string, cmd domain.DeploymentCommand) (Result, error) {
+	return run(ctx, h, c, domain.DeploymentStream(deploymentID), orgID, domain.NewDeployment,
+		func(s *domain.DeploymentAggregate, m domain.Meta) (domain.Decision, error) {
+			return s.Decide(deploymentID, cmd, m)
+		})
 }

@@ -137,7 +137,7 @@ func (c *compilation) service(svc *Service) desiredstate.Service {
 	return desiredstate.Service{
 		ID:        svc.ID,
 		Name:      svc.Name,
-		Release:   &desiredstate.Release{ID: rel.ID, Number: rel.Number, Image: rel.Image},
+		Release:   &desiredstate.Release{ID: rel.ID, Number: rel.Number, Image: rel.Image, DeploymentID: rel.DeploymentID},
 		Processes: emptyToNil(procs),
 		Variables: emptyToNil(out),
 		Domains:   emptyToNil(domains),

@@ -53,6 +53,8 @@ type Service struct {
 type Release struct {
 	ID     string
 	Number int
+	// DeploymentID is the deployment that asked for the release to run.
+	DeploymentID string
 	// Image is an image reference pinned by digest.
 	Image     string
 	Processes []domain.Process

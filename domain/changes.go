@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -55,14 +56,31 @@ type Deploy struct {
 	ReleaseID     string `json:"releaseId"`
 	DeploymentID  string `json:"deploymentId"`
 	Image         string `json:"image"`
+	// Automatic marks a deploy nobody asked for in person (a Git push): it is
+	// refused while a rollback paused the service's automatic deploys.
+	Automatic bool `json:"automatic,omitempty"`
 }
 
-// Rollback deploys an earlier release again, with the configuration it froze.
+// Rollback deploys an earlier release again, with the configuration it froze,
+// and pauses automatic deploys of the service there until someone resumes
+// them.
 type Rollback struct {
 	EnvironmentID string `json:"environmentId"`
 	ServiceID     string `json:"serviceId"`
 	ReleaseID     string `json:"releaseId"`
 	DeploymentID  string `json:"deploymentId"`
+	// Release is the release as the release history keeps it: the project's
+	// state keeps counts, not every release it ever made, so the caller
+	// hands over the (immutable) facts of the release it names.
+	Release ReleaseRef `json:"release"`
+}
+
+// ReleaseRef is what a rollback needs to know of an earlier release.
+type ReleaseRef struct {
+	EnvironmentID string `json:"environmentId"`
+	ServiceID     string `json:"serviceId"`
+	Number        int    `json:"number"`
+	Image         string `json:"image"`
 }
 
 // Change is one of the commands above, as a change set stores it. Exactly one
@@ -78,7 +96,7 @@ type Change struct {
 	Rollback       *Rollback       `json:"rollback,omitempty"`
 }
 
-func asChange(cmd any) (Change, bool) {
+func asChange(cmd ProjectCommand) (Change, bool) {
 	switch c := cmd.(type) {
 	case SetVariables:
 		return Change{SetVariables: &c}, true
@@ -263,8 +281,14 @@ func (w *pending) apply(c Change, m Meta) error {
 		if !strings.Contains(d.Image, "@sha256:") {
 			return invalidf("image %q is not pinned to a digest", d.Image)
 		}
-		if _, ok := p.Deployments[d.DeploymentID]; ok {
+		if err := ValidateText("image", d.Image, 1000); err != nil {
+			return err
+		}
+		if p.Current[env.ID][svc.ID].DeploymentID == d.DeploymentID {
 			return conflictf("deployment %s exists", d.DeploymentID)
+		}
+		if d.Automatic && p.Paused[env.ID][svc.ID] {
+			return conflictf("automatic deploys of %s in %s are paused since a rollback; resume them first", svc.Name, env.Name)
 		}
 		w.release(env.ID, svc, d.ReleaseID, d.DeploymentID, d.Image, "deploy")
 	case c.Rollback != nil:
@@ -275,10 +299,20 @@ func (w *pending) apply(c Change, m Meta) error {
 		if err := ValidateID("deployment", r.DeploymentID); err != nil {
 			return err
 		}
-		if !slices.ContainsFunc(p.Releases[env.ID][r.ServiceID], func(ri ReleaseInfo) bool { return ri.ID == r.ReleaseID }) {
+		if err := ValidateID("release", r.ReleaseID); err != nil {
+			return err
+		}
+		rel := r.Release
+		if rel.EnvironmentID != env.ID || rel.ServiceID != r.ServiceID || rel.Number < 1 ||
+			rel.Number > p.ReleaseCount[env.ID][r.ServiceID] || rel.Image == "" {
 			return notFoundf("release %s of this service in this environment", r.ReleaseID)
 		}
-		w.emit(DeploymentRequested{DeploymentID: r.DeploymentID, ReleaseID: r.ReleaseID, EnvironmentID: env.ID, ServiceID: r.ServiceID, Rollback: true})
+		cur := p.Current[env.ID][r.ServiceID]
+		w.emit(DeploymentRequested{DeploymentID: r.DeploymentID, ReleaseID: r.ReleaseID, EnvironmentID: env.ID, ServiceID: r.ServiceID,
+			Rollback: true, Image: rel.Image, Supersedes: cur.DeploymentID})
+		if !p.Paused[env.ID][r.ServiceID] {
+			w.emit(DeploymentsPaused{EnvironmentID: env.ID, ServiceID: r.ServiceID, Reason: fmt.Sprintf("rolled back to release %d", rel.Number)})
+		}
 	default:
 		return invalidf("empty change")
 	}
@@ -306,27 +340,13 @@ func (w *pending) rereleaseAffected(envID, serviceID string, m Meta, reason stri
 		if svc == nil || svc.Deleted {
 			continue
 		}
-		cur := p.currentRelease(envID, id)
-		if cur == nil {
+		cur := p.Current[envID][id]
+		if cur.DeploymentID == "" || cur.Image == "" {
 			continue
 		}
 		relID := DeriveID(m.CommandID, "release", envID, id)
 		depID := DeriveID(m.CommandID, "deployment", envID, id)
 		w.release(envID, svc, relID, depID, cur.Image, reason)
-	}
-	return nil
-}
-
-func (p *Project) currentRelease(envID, serviceID string) *ReleaseInfo {
-	depID, ok := p.Current[envID][serviceID]
-	if !ok {
-		return nil
-	}
-	relID := p.Deployments[depID].ReleaseID
-	for i, r := range p.Releases[envID][serviceID] {
-		if r.ID == relID {
-			return &p.Releases[envID][serviceID][i]
-		}
 	}
 	return nil
 }
@@ -354,31 +374,64 @@ func (w *pending) release(envID string, svc *Service, releaseID, deploymentID, i
 	for _, n := range sortedKeys(merged) {
 		vars = append(vars, merged[n])
 	}
-	number := len(p.Releases[envID][svc.ID]) + 1
+	number := p.ReleaseCount[envID][svc.ID] + 1
+	previous := p.Current[envID][svc.ID].DeploymentID
 	w.emit(ReleaseCreated{ReleaseID: releaseID, EnvironmentID: envID, ServiceID: svc.ID, Number: number, Image: image, Processes: procs, Variables: vars, Reason: reason})
-	w.emit(DeploymentRequested{DeploymentID: deploymentID, ReleaseID: releaseID, EnvironmentID: envID, ServiceID: svc.ID})
+	w.emit(DeploymentRequested{DeploymentID: deploymentID, ReleaseID: releaseID, EnvironmentID: envID, ServiceID: svc.ID, Image: image, Supersedes: previous})
 }
 
+// openChangeSet puts a change to a protected environment into a change set:
+// the open change set of the same person there, whose version grows, or a new
+// one.
 func (p *Project) openChangeSet(env *Environment, c Change, m Meta) (Decision, error) {
 	if m.Person == "" {
 		return Decision{}, fmt.Errorf("%w: changes to the protected environment %s need a person to open a change set", ErrForbidden, env.Name)
 	}
-	// Check now that the change would apply, so a change set never holds a
-	// change that was invalid from the start.
-	if _, err := p.decideChange(c, m); err != nil {
+	// Check now that the change would apply, after the changes already
+	// waiting, so a change set never holds a change that was invalid from
+	// the start.
+	var joined *ChangeSet
+	for _, id := range sortedKeys(p.ChangeSets) {
+		if cs := p.ChangeSets[id]; cs.EnvironmentID == env.ID && cs.OpenedBy == m.Person {
+			joined = cs
+			break
+		}
+	}
+	w := &pending{p: p.clone()}
+	if joined != nil {
+		for i, ch := range joined.Changes {
+			sub := m
+			sub.CommandID = fmt.Sprintf("%s/%d", joined.ID, i)
+			if err := w.apply(ch, sub); err != nil {
+				return Decision{}, fmt.Errorf("the open change set %s can no longer be applied (%s): %w", joined.ID, ch.Describe(), err)
+			}
+		}
+	}
+	if err := w.apply(c, m); err != nil {
 		return Decision{}, err
+	}
+	if joined != nil {
+		if len(joined.Changes) >= MaxChangesPerSet {
+			return Decision{}, conflictf("change set %s already holds %d changes; have it decided first", joined.ID, MaxChangesPerSet)
+		}
+		changes := append(slices.Clone(joined.Changes), c)
+		descs := make([]string, len(changes))
+		for i, ch := range changes {
+			descs[i] = ch.Describe()
+		}
+		return decided(ChangeSetChanged{ChangeSetID: joined.ID, Version: joined.Version + 1, Description: strings.Join(descs, "; "), Changes: changes}), nil
 	}
 	id := DeriveID(m.CommandID, "changeset")
 	return decided(ChangeSetOpened{ChangeSetID: id, EnvironmentID: env.ID, Description: c.Describe(), Changes: []Change{c}, OpenedBy: m.Person}), nil
 }
 
+// MaxChangesPerSet bounds one change set.
+const MaxChangesPerSet = 100
+
 func (p *Project) openChangeSetByID(id string) (*ChangeSet, error) {
 	cs, ok := p.ChangeSets[id]
 	if !ok {
-		return nil, notFoundf("change set %s", id)
-	}
-	if cs.Status != "open" {
-		return nil, conflictf("change set %s is %s", id, cs.Status)
+		return nil, notFoundf("open change set %s (it may have been approved, rejected or expired)", id)
 	}
 	return cs, nil
 }
@@ -391,8 +444,14 @@ func (p *Project) approve(c ApproveChangeSet, m Meta) (Decision, error) {
 	if m.Person == "" || m.Person == cs.OpenedBy {
 		return Decision{}, fmt.Errorf("%w: a change set needs the approval of someone other than who opened it", ErrForbidden)
 	}
+	if c.Version < 1 {
+		return Decision{}, invalidf("an approval names the version of the change set it approves (now %d)", cs.Version)
+	}
+	if c.Version != cs.Version {
+		return Decision{}, conflictf("change set %s changed since version %d (it is at version %d): review it again", cs.ID, c.Version, cs.Version)
+	}
 	w := &pending{p: p.clone()}
-	w.emit(ChangeSetApproved{ChangeSetID: cs.ID, ApprovedBy: m.Person})
+	w.emit(ChangeSetApproved{ChangeSetID: cs.ID, ApprovedBy: m.Person, Version: cs.Version})
 	for i, ch := range cs.Changes {
 		// Ids the changes derive are unique per change set and change.
 		sub := m
@@ -404,66 +463,31 @@ func (p *Project) approve(c ApproveChangeSet, m Meta) (Decision, error) {
 	return w.d, nil
 }
 
-// clone deep-copies the mutable parts of the state that applying events touches.
+// clone deep-copies the mutable parts of the state that applying events
+// touches. The state is bounded by what the project is now, so this does not
+// grow with history.
 func (p *Project) clone() *Project {
 	c := *p
-	c.Environments = map[string]*Environment{}
-	for k, v := range p.Environments {
-		e := *v
-		c.Environments[k] = &e
-	}
-	c.Services = map[string]*Service{}
-	for k, v := range p.Services {
-		s := *v
-		c.Services[k] = &s
-	}
-	c.Variables = map[string]map[string]map[string]Variable{}
-	for e, bySvc := range p.Variables {
-		c.Variables[e] = map[string]map[string]Variable{}
-		for s, vars := range bySvc {
-			c.Variables[e][s] = map[string]Variable{}
-			for n, v := range vars {
-				c.Variables[e][s][n] = v
-			}
-		}
-	}
-	c.Domains = map[string]DomainRoute{}
-	for k, v := range p.Domains {
-		c.Domains[k] = v
-	}
-	c.Replicas = map[string]map[string]map[string]int{}
-	for e, bySvc := range p.Replicas {
-		c.Replicas[e] = map[string]map[string]int{}
-		for s, procs := range bySvc {
-			c.Replicas[e][s] = map[string]int{}
-			for n, v := range procs {
-				c.Replicas[e][s][n] = v
-			}
-		}
-	}
-	c.Releases = map[string]map[string][]ReleaseInfo{}
-	for e, bySvc := range p.Releases {
-		c.Releases[e] = map[string][]ReleaseInfo{}
-		for s, rs := range bySvc {
-			c.Releases[e][s] = slices.Clone(rs)
-		}
-	}
-	c.Deployments = map[string]*Deployment{}
-	for k, v := range p.Deployments {
-		d := *v
-		c.Deployments[k] = &d
-	}
-	c.Current = map[string]map[string]string{}
-	for e, bySvc := range p.Current {
-		c.Current[e] = map[string]string{}
-		for s, v := range bySvc {
-			c.Current[e][s] = v
-		}
-	}
-	c.ChangeSets = map[string]*ChangeSet{}
-	for k, v := range p.ChangeSets {
-		cs := *v
-		c.ChangeSets[k] = &cs
-	}
+	c.Environments = cloneMap(p.Environments, func(v *Environment) *Environment { x := *v; return &x })
+	c.Services = cloneMap(p.Services, func(v *Service) *Service { x := *v; return &x })
+	c.Variables = cloneMap(p.Variables, func(bySvc map[string]map[string]Variable) map[string]map[string]Variable {
+		return cloneMap(bySvc, func(vars map[string]Variable) map[string]Variable { return maps.Clone(vars) })
+	})
+	c.Domains = maps.Clone(p.Domains)
+	c.Replicas = cloneMap(p.Replicas, func(bySvc map[string]map[string]int) map[string]map[string]int {
+		return cloneMap(bySvc, func(procs map[string]int) map[string]int { return maps.Clone(procs) })
+	})
+	c.ReleaseCount = cloneMap(p.ReleaseCount, func(m map[string]int) map[string]int { return maps.Clone(m) })
+	c.Current = cloneMap(p.Current, func(m map[string]CurrentDeployment) map[string]CurrentDeployment { return maps.Clone(m) })
+	c.Paused = cloneMap(p.Paused, func(m map[string]bool) map[string]bool { return maps.Clone(m) })
+	c.ChangeSets = cloneMap(p.ChangeSets, func(v *ChangeSet) *ChangeSet { x := *v; return &x })
 	return &c
+}
+
+func cloneMap[V any](m map[string]V, cp func(V) V) map[string]V {
+	out := make(map[string]V, len(m))
+	for k, v := range m {
+		out[k] = cp(v)
+	}
+	return out
 }

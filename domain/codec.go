@@ -68,6 +68,14 @@ var codecs = map[string]eventCodec{
 	"deployment.delivering":       {1, decodeV1[DeploymentDelivering]},
 	"deployment.succeeded":        {1, decodeV1[DeploymentSucceeded]},
 	"deployment.failed":           {1, decodeV1[DeploymentFailed]},
+	"deployment.stage":            {1, decodeV1[DeploymentStageReached]},
+	"deployment.superseded":       {1, decodeV1[DeploymentSuperseded]},
+	"deployment.stalled":          {1, decodeV1[DeploymentStalled]},
+	"deployment.stall_cleared":    {1, decodeV1[DeploymentStallCleared]},
+	"service.deploys.paused":      {1, decodeV1[DeploymentsPaused]},
+	"service.deploys.resumed":     {1, decodeV1[DeploymentsResumed]},
+	"changeset.changed":           {1, decodeV1[ChangeSetChanged]},
+	"changeset.expired":           {1, decodeV1[ChangeSetExpired]},
 	"changeset.opened":            {1, decodeV1[ChangeSetOpened]},
 	"changeset.approved":          {1, decodeV1[ChangeSetApproved]},
 	"changeset.rejected":          {1, decodeV1[ChangeSetRejected]},
@@ -205,7 +213,23 @@ func Audit(e Event) AuditEntry {
 		}
 		return AuditEntry{action, "deployment-target", e.EnvironmentID + "/" + e.ServiceID, "deployment " + e.DeploymentID}
 	case DeploymentDelivering:
-		return AuditEntry{"deployment.deliver", "deployment", e.DeploymentID, ""}
+		return AuditEntry{"deployment.deliver", "deployment", e.DeploymentID, fmt.Sprintf("revision %d", e.Revision)}
+	case DeploymentStageReached:
+		return AuditEntry{"deployment.stage", "deployment", e.DeploymentID, fmt.Sprintf("%s (%d/%d ready)", e.Stage, e.Ready, e.Desired)}
+	case DeploymentSuperseded:
+		return AuditEntry{"deployment.supersede", "deployment", e.DeploymentID, "by deployment " + e.By}
+	case DeploymentStalled:
+		return AuditEntry{"deployment.stall", "deployment", e.DeploymentID, fmt.Sprintf("no progress since %s (%s)", e.Since.UTC().Format("2006-01-02T15:04:05Z"), e.Stage)}
+	case DeploymentStallCleared:
+		return AuditEntry{"deployment.stall.clear", "deployment", e.DeploymentID, ""}
+	case DeploymentsPaused:
+		return AuditEntry{"service.deploys.pause", "deployment-target", e.EnvironmentID + "/" + e.ServiceID, e.Reason}
+	case DeploymentsResumed:
+		return AuditEntry{"service.deploys.resume", "deployment-target", e.EnvironmentID + "/" + e.ServiceID, ""}
+	case ChangeSetChanged:
+		return AuditEntry{"changeset.update", "changeset", e.ChangeSetID, fmt.Sprintf("version %d: %s", e.Version, e.Description)}
+	case ChangeSetExpired:
+		return AuditEntry{"changeset.expire", "changeset", e.ChangeSetID, ""}
 	case DeploymentSucceeded:
 		return AuditEntry{"deployment.succeed", "deployment", e.DeploymentID, ""}
 	case DeploymentFailed:

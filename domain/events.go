@@ -182,17 +182,19 @@ type EnvironmentDeleted struct {
 
 // ServiceCreated records a new service of a project.
 type ServiceCreated struct {
-	ServiceID string    `json:"serviceId"`
-	Name      string    `json:"name"`
-	Source    Source    `json:"source"`
-	Processes []Process `json:"processes"`
+	ServiceID               string    `json:"serviceId"`
+	Name                    string    `json:"name"`
+	Source                  Source    `json:"source"`
+	Processes               []Process `json:"processes"`
+	ProgressDeadlineSeconds int       `json:"progressDeadlineSeconds,omitempty"`
 }
 
 // ServiceUpdated records a service's definition after a change.
 type ServiceUpdated struct {
-	ServiceID string    `json:"serviceId"`
-	Source    Source    `json:"source"`
-	Processes []Process `json:"processes"`
+	ServiceID               string    `json:"serviceId"`
+	Source                  Source    `json:"source"`
+	Processes               []Process `json:"processes"`
+	ProgressDeadlineSeconds int       `json:"progressDeadlineSeconds,omitempty"`
 }
 
 // ServiceDeleted records the end of a service.
@@ -259,11 +261,71 @@ type DeploymentRequested struct {
 	ServiceID     string `json:"serviceId"`
 	// Rollback marks a deployment of an earlier release.
 	Rollback bool `json:"rollback,omitempty"`
+	// Image is the release's image.
+	Image string `json:"image,omitempty"`
+	// Supersedes is the deployment of the same service and environment that
+	// this one replaces (it ends superseded unless it is over already).
+	Supersedes string `json:"supersedes,omitempty"`
 }
 
-// DeploymentDelivering records that the desired state with the deployment is
-// on its way to the cluster.
+// DeploymentsPaused records that automatic deploys of a service in an
+// environment stop (after a rollback) until someone resumes them.
+type DeploymentsPaused struct {
+	EnvironmentID string `json:"environmentId"`
+	ServiceID     string `json:"serviceId"`
+	Reason        string `json:"reason"`
+}
+
+// DeploymentsResumed records that automatic deploys happen again.
+type DeploymentsResumed struct {
+	EnvironmentID string `json:"environmentId"`
+	ServiceID     string `json:"serviceId"`
+}
+
+// Deployment streams: one deployment's lifecycle.
+
+// DeploymentDelivering opens a deployment's stream: the desired state that
+// carries it was compiled and is on its way to the cluster.
 type DeploymentDelivering struct {
+	DeploymentID            string    `json:"deploymentId"`
+	ProjectID               string    `json:"projectId,omitempty"`
+	EnvironmentID           string    `json:"environmentId,omitempty"`
+	ServiceID               string    `json:"serviceId,omitempty"`
+	ReleaseID               string    `json:"releaseId,omitempty"`
+	ClusterID               string    `json:"clusterId,omitempty"`
+	Revision                int       `json:"revision,omitempty"`
+	ProgressDeadlineSeconds int       `json:"progressDeadlineSeconds,omitempty"`
+	At                      time.Time `json:"at"`
+}
+
+// DeploymentStageReached records a rollout stage the cluster's agent reported,
+// with the new release's pods ready and desired.
+type DeploymentStageReached struct {
+	DeploymentID string           `json:"deploymentId"`
+	Stage        DeploymentStatus `json:"stage"`
+	Ready        int              `json:"ready"`
+	Desired      int              `json:"desired"`
+	Detail       string           `json:"detail,omitempty"`
+	At           time.Time        `json:"at"`
+}
+
+// DeploymentSuperseded records that a newer deployment replaced this one
+// before it finished.
+type DeploymentSuperseded struct {
+	DeploymentID string `json:"deploymentId"`
+	By           string `json:"by"`
+}
+
+// DeploymentStalled flags a deployment whose stages made no progress within
+// the stall timeout.
+type DeploymentStalled struct {
+	DeploymentID string           `json:"deploymentId"`
+	Since        time.Time        `json:"since"`
+	Stage        DeploymentStatus `json:"stage"`
+}
+
+// DeploymentStallCleared records that a stalled deployment moved again.
+type DeploymentStallCleared struct {
 	DeploymentID string `json:"deploymentId"`
 }
 
@@ -289,10 +351,26 @@ type ChangeSetOpened struct {
 	OpenedBy string `json:"openedBy"`
 }
 
+// ChangeSetChanged records a change joining an open change set: its version
+// grows, so an approval given for the version before is refused.
+type ChangeSetChanged struct {
+	ChangeSetID string `json:"changeSetId"`
+	Version     int    `json:"version"`
+	// Description and Changes are the whole change set after the change.
+	Description string   `json:"description"`
+	Changes     []Change `json:"changes"`
+}
+
+// ChangeSetExpired records that an open change set was not decided in time.
+type ChangeSetExpired struct {
+	ChangeSetID string `json:"changeSetId"`
+}
+
 // ChangeSetApproved records the approval; the changes' own events follow it.
 type ChangeSetApproved struct {
 	ChangeSetID string `json:"changeSetId"`
 	ApprovedBy  string `json:"approvedBy"`
+	Version     int    `json:"version,omitempty"`
 }
 
 // ChangeSetRejected records a rejection; nothing of the change set happens.
@@ -351,6 +429,14 @@ func (ServiceScaled) EventType() string            { return "service.scaled" }
 func (ReleaseCreated) EventType() string           { return "release.created" }
 func (DeploymentRequested) EventType() string      { return "deployment.requested" }
 func (DeploymentDelivering) EventType() string     { return "deployment.delivering" }
+func (DeploymentStageReached) EventType() string   { return "deployment.stage" }
+func (DeploymentSuperseded) EventType() string     { return "deployment.superseded" }
+func (DeploymentStalled) EventType() string        { return "deployment.stalled" }
+func (DeploymentStallCleared) EventType() string   { return "deployment.stall_cleared" }
+func (DeploymentsPaused) EventType() string        { return "service.deploys.paused" }
+func (DeploymentsResumed) EventType() string       { return "service.deploys.resumed" }
+func (ChangeSetChanged) EventType() string         { return "changeset.changed" }
+func (ChangeSetExpired) EventType() string         { return "changeset.expired" }
 func (DeploymentSucceeded) EventType() string      { return "deployment.succeeded" }
 func (DeploymentFailed) EventType() string         { return "deployment.failed" }
 func (ChangeSetOpened) EventType() string          { return "changeset.opened" }

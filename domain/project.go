@@ -3,13 +3,19 @@ package domain
 import (
 	"slices"
 	"sort"
-	"strings"
+	"time"
 )
 
 // Project is the aggregate of one project: its environments and services,
-// their per-environment configuration, releases, deployments and change sets.
+// their per-environment configuration, the release counts and current
+// deployment of each service in each environment, and the open change sets.
 // One stream keeps the invariants that span them (a deleted service cannot be
 // deployed, names are unique in the project) in one consistency boundary.
+//
+// Its state is bounded by what the project is now, not by its history:
+// releases and deployments that are over live in the read models and in the
+// deployments' own streams, and closed change sets are forgotten. That keeps
+// snapshots small and deciding a command independent of history length.
 type Project struct {
 	ID, OrgID, Name string
 	Exists, Deleted bool
@@ -21,11 +27,13 @@ type Project struct {
 	Domains map[string]DomainRoute
 	// Replicas: environment id -> service id -> process -> replicas.
 	Replicas map[string]map[string]map[string]int
-	// Releases: environment id -> service id -> releases in number order.
-	Releases    map[string]map[string][]ReleaseInfo
-	Deployments map[string]*Deployment
-	// Current: environment id -> service id -> deployment id of the latest request.
-	Current    map[string]map[string]string
+	// ReleaseCount: environment id -> service id -> releases made so far.
+	ReleaseCount map[string]map[string]int
+	// Current: environment id -> service id -> the latest deployment.
+	Current map[string]map[string]CurrentDeployment
+	// Paused: environment id -> service id -> automatic deploys paused.
+	Paused map[string]map[string]bool
+	// ChangeSets holds the open change sets only.
 	ChangeSets map[string]*ChangeSet
 }
 
@@ -40,41 +48,26 @@ type Service struct {
 	ID, Name  string
 	Source    Source
 	Processes []Process
-	Deleted   bool
+	// ProgressDeadlineSeconds bounds how long a release may take to become
+	// ready (0: DefaultProgressDeadline).
+	ProgressDeadlineSeconds int
+	Deleted                 bool
 }
 
 // DomainRoute is where a domain routes.
 type DomainRoute struct{ EnvironmentID, ServiceID string }
 
-// ReleaseInfo is what the aggregate keeps of a release.
-type ReleaseInfo struct {
-	ID     string
-	Number int
-	Image  string
+// CurrentDeployment is the latest deployment of a service in an environment.
+type CurrentDeployment struct {
+	DeploymentID, ReleaseID, Image string
 }
 
-// Deployment is a deployment's lifecycle state.
-type Deployment struct {
-	ID, ReleaseID, EnvironmentID, ServiceID string
-	Status                                  DeploymentStatus
-}
-
-// DeploymentStatus is where a deployment is in its lifecycle.
-type DeploymentStatus string
-
-// Deployment statuses. Later rollout stages refine "delivering".
-const (
-	StatusRequested  DeploymentStatus = "requested"
-	StatusDelivering DeploymentStatus = "delivering"
-	StatusSucceeded  DeploymentStatus = "succeeded"
-	StatusFailed     DeploymentStatus = "failed"
-)
-
-// ChangeSet is a set of changes to a protected environment.
+// ChangeSet is an open set of changes to a protected environment.
 type ChangeSet struct {
 	ID, EnvironmentID, OpenedBy string
 	Changes                     []Change
-	Status                      string // open, approved, rejected
+	Version                     int
+	OpenedAt                    time.Time
 }
 
 // NewProject returns the empty state of a project stream.
@@ -85,9 +78,9 @@ func NewProject() *Project {
 		Variables:    map[string]map[string]map[string]Variable{},
 		Domains:      map[string]DomainRoute{},
 		Replicas:     map[string]map[string]map[string]int{},
-		Releases:     map[string]map[string][]ReleaseInfo{},
-		Deployments:  map[string]*Deployment{},
-		Current:      map[string]map[string]string{},
+		ReleaseCount: map[string]map[string]int{},
+		Current:      map[string]map[string]CurrentDeployment{},
+		Paused:       map[string]map[string]bool{},
 		ChangeSets:   map[string]*ChangeSet{},
 	}
 }
@@ -101,8 +94,11 @@ func nested[K comparable, V any](m map[string]map[K]V, key string) map[K]V {
 	return inner
 }
 
-// Apply folds an event into the state.
-func (p *Project) Apply(e Event) {
+// Apply folds an event into the state. at is when the event happened.
+func (p *Project) Apply(e Event) { p.ApplyAt(e, time.Time{}) }
+
+// ApplyAt folds an event that happened at at into the state.
+func (p *Project) ApplyAt(e Event, at time.Time) {
 	switch e := e.(type) {
 	case ProjectCreated:
 		p.ID, p.OrgID, p.Name, p.Exists = e.ProjectID, e.OrgID, e.Name, true
@@ -119,10 +115,10 @@ func (p *Project) Apply(e Event) {
 			env.Deleted = true
 		}
 	case ServiceCreated:
-		p.Services[e.ServiceID] = &Service{ID: e.ServiceID, Name: e.Name, Source: e.Source, Processes: e.Processes}
+		p.Services[e.ServiceID] = &Service{ID: e.ServiceID, Name: e.Name, Source: e.Source, Processes: e.Processes, ProgressDeadlineSeconds: e.ProgressDeadlineSeconds}
 	case ServiceUpdated:
 		if s := p.Services[e.ServiceID]; s != nil {
-			s.Source, s.Processes = e.Source, e.Processes
+			s.Source, s.Processes, s.ProgressDeadlineSeconds = e.Source, e.Processes, e.ProgressDeadlineSeconds
 		}
 	case ServiceDeleted:
 		if s := p.Services[e.ServiceID]; s != nil {
@@ -144,37 +140,63 @@ func (p *Project) Apply(e Event) {
 	case ServiceScaled:
 		nested(nested(p.Replicas, e.EnvironmentID), e.ServiceID)[e.Process] = e.Replicas
 	case ReleaseCreated:
-		rel := nested(p.Releases, e.EnvironmentID)
-		rel[e.ServiceID] = append(rel[e.ServiceID], ReleaseInfo{ID: e.ReleaseID, Number: e.Number, Image: e.Image})
+		nested(p.ReleaseCount, e.EnvironmentID)[e.ServiceID] = e.Number
+		nested(p.Current, e.EnvironmentID)[e.ServiceID] = CurrentDeployment{ReleaseID: e.ReleaseID, Image: e.Image}
 	case DeploymentRequested:
-		p.Deployments[e.DeploymentID] = &Deployment{ID: e.DeploymentID, ReleaseID: e.ReleaseID, EnvironmentID: e.EnvironmentID, ServiceID: e.ServiceID, Status: StatusRequested}
-		nested(p.Current, e.EnvironmentID)[e.ServiceID] = e.DeploymentID
-	case DeploymentDelivering:
-		p.setStatus(e.DeploymentID, StatusDelivering)
-	case DeploymentSucceeded:
-		p.setStatus(e.DeploymentID, StatusSucceeded)
-	case DeploymentFailed:
-		p.setStatus(e.DeploymentID, StatusFailed)
+		cur := p.Current[e.EnvironmentID][e.ServiceID]
+		if cur.ReleaseID != e.ReleaseID && e.Image != "" {
+			// A rollback names an earlier release, whose image the next
+			// configuration change re-releases.
+			cur = CurrentDeployment{ReleaseID: e.ReleaseID, Image: e.Image}
+		}
+		cur.DeploymentID = e.DeploymentID
+		nested(p.Current, e.EnvironmentID)[e.ServiceID] = cur
+	case DeploymentsPaused:
+		nested(p.Paused, e.EnvironmentID)[e.ServiceID] = true
+	case DeploymentsResumed:
+		delete(p.Paused[e.EnvironmentID], e.ServiceID)
 	case ChangeSetOpened:
-		p.ChangeSets[e.ChangeSetID] = &ChangeSet{ID: e.ChangeSetID, EnvironmentID: e.EnvironmentID, OpenedBy: e.OpenedBy, Changes: e.Changes, Status: "open"}
+		p.ChangeSets[e.ChangeSetID] = &ChangeSet{ID: e.ChangeSetID, EnvironmentID: e.EnvironmentID, OpenedBy: e.OpenedBy,
+			Changes: slices.Clone(e.Changes), Version: 1, OpenedAt: at}
+	case ChangeSetChanged:
+		if cs := p.ChangeSets[e.ChangeSetID]; cs != nil {
+			cs.Changes = slices.Clone(e.Changes)
+			cs.Version = e.Version
+		}
 	case ChangeSetApproved:
-		if cs := p.ChangeSets[e.ChangeSetID]; cs != nil {
-			cs.Status = "approved"
-		}
+		delete(p.ChangeSets, e.ChangeSetID)
 	case ChangeSetRejected:
-		if cs := p.ChangeSets[e.ChangeSetID]; cs != nil {
-			cs.Status = "rejected"
-		}
-	}
-}
-
-func (p *Project) setStatus(id string, s DeploymentStatus) {
-	if d := p.Deployments[id]; d != nil {
-		d.Status = s
+		delete(p.ChangeSets, e.ChangeSetID)
+	case ChangeSetExpired:
+		delete(p.ChangeSets, e.ChangeSetID)
 	}
 }
 
 // Commands of the project aggregate.
+
+// ProjectCommand is a command of the project aggregate: handing the project
+// another aggregate's command does not compile.
+type ProjectCommand interface{ projectCommand() }
+
+func (CreateProject) projectCommand()     {}
+func (DeleteProject) projectCommand()     {}
+func (CreateEnvironment) projectCommand() {}
+func (UpdateEnvironment) projectCommand() {}
+func (DeleteEnvironment) projectCommand() {}
+func (CreateService) projectCommand()     {}
+func (UpdateService) projectCommand()     {}
+func (DeleteService) projectCommand()     {}
+func (ApproveChangeSet) projectCommand()  {}
+func (RejectChangeSet) projectCommand()   {}
+func (ExpireChangeSet) projectCommand()   {}
+func (ResumeDeploys) projectCommand()     {}
+func (SetVariables) projectCommand()      {}
+func (UnsetVariables) projectCommand()    {}
+func (AddDomain) projectCommand()         {}
+func (RemoveDomain) projectCommand()      {}
+func (Scale) projectCommand()             {}
+func (Deploy) projectCommand()            {}
+func (Rollback) projectCommand()          {}
 
 // CreateProject creates a project in an organisation.
 type CreateProject struct{ ProjectID, OrgID, Name string }
@@ -202,22 +224,29 @@ type CreateService struct {
 	ServiceID, Name string
 	Source          Source
 	Processes       []Process
+	// ProgressDeadlineSeconds: 0 for the default (10 minutes).
+	ProgressDeadlineSeconds int
 }
 
-// UpdateService changes a service's source and processes; running releases
-// keep what they froze until the next deployment.
+// UpdateService changes a service's source, processes and progress deadline;
+// running releases keep what they froze until the next deployment.
 type UpdateService struct {
-	ServiceID string
-	Source    Source
-	Processes []Process
+	ServiceID               string
+	Source                  Source
+	Processes               []Process
+	ProgressDeadlineSeconds int
 }
 
 // DeleteService deletes a service everywhere. Services that reference its
 // variables are held in their next revision.
 type DeleteService struct{ ServiceID string }
 
-// ApproveChangeSet applies a change set; the approver must not be who opened it.
-type ApproveChangeSet struct{ ChangeSetID string }
+// ApproveChangeSet applies a change set; the approver must not be who opened
+// it, and names the version seen: a change set that changed since is refused.
+type ApproveChangeSet struct {
+	ChangeSetID string
+	Version     int
+}
 
 // RejectChangeSet drops a change set.
 type RejectChangeSet struct {
@@ -225,11 +254,24 @@ type RejectChangeSet struct {
 	Reason      string
 }
 
-// MarkDeployment moves a deployment along its lifecycle.
-type MarkDeployment struct {
-	DeploymentID string
-	Status       DeploymentStatus
-	Reason       string
+// ExpireChangeSet drops a change set that was open for TTL without a decision.
+type ExpireChangeSet struct {
+	ChangeSetID string
+	TTL         time.Duration
+}
+
+// ResumeDeploys lets automatic deploys of a service in an environment happen
+// again after a rollback paused them.
+type ResumeDeploys struct{ EnvironmentID, ServiceID string }
+
+// MaxProgressDeadline bounds a service's progress deadline.
+const MaxProgressDeadline = 24 * time.Hour
+
+func validateDeadline(seconds int) error {
+	if seconds < 0 || time.Duration(seconds)*time.Second > MaxProgressDeadline {
+		return invalidf("progress deadline %d s must be between 0 (the default, 10 min) and %d s", seconds, int(MaxProgressDeadline/time.Second))
+	}
+	return nil
 }
 
 func (p *Project) environment(id string) (*Environment, error) {
@@ -288,7 +330,7 @@ func validateProcesses(ps []Process) error {
 // Decide decides a project command. Commands that change what a protected
 // environment runs do not happen at once: they open a change set that someone
 // else approves.
-func (p *Project) Decide(cmd any, m Meta) (Decision, error) {
+func (p *Project) Decide(cmd ProjectCommand, m Meta) (Decision, error) {
 	if err := m.Validate(); err != nil {
 		return Decision{}, err
 	}
@@ -381,13 +423,16 @@ func (p *Project) Decide(cmd any, m Meta) (Decision, error) {
 		if err := validateProcesses(c.Processes); err != nil {
 			return Decision{}, err
 		}
+		if err := validateDeadline(c.ProgressDeadlineSeconds); err != nil {
+			return Decision{}, err
+		}
 		if _, ok := p.Services[c.ServiceID]; ok {
 			return Decision{}, conflictf("service %s exists", c.ServiceID)
 		}
 		if p.nameTaken(c.Name, false) {
 			return Decision{}, conflictf("a service named %s exists in this project", c.Name)
 		}
-		return decided(ServiceCreated{ServiceID: c.ServiceID, Name: c.Name, Source: c.Source, Processes: c.Processes}), nil
+		return decided(ServiceCreated{ServiceID: c.ServiceID, Name: c.Name, Source: c.Source, Processes: c.Processes, ProgressDeadlineSeconds: c.ProgressDeadlineSeconds}), nil
 	case UpdateService:
 		s, err := p.service(c.ServiceID)
 		if err != nil {
@@ -399,7 +444,10 @@ func (p *Project) Decide(cmd any, m Meta) (Decision, error) {
 		if err := validateProcesses(c.Processes); err != nil {
 			return Decision{}, err
 		}
-		return decided(ServiceUpdated{ServiceID: s.ID, Source: c.Source, Processes: c.Processes}), nil
+		if err := validateDeadline(c.ProgressDeadlineSeconds); err != nil {
+			return Decision{}, err
+		}
+		return decided(ServiceUpdated{ServiceID: s.ID, Source: c.Source, Processes: c.Processes, ProgressDeadlineSeconds: c.ProgressDeadlineSeconds}), nil
 	case DeleteService:
 		s, err := p.service(c.ServiceID)
 		if err != nil {
@@ -415,39 +463,29 @@ func (p *Project) Decide(cmd any, m Meta) (Decision, error) {
 		if err != nil {
 			return Decision{}, err
 		}
+		if err := ValidateText("reason", c.Reason, 1000); err != nil {
+			return Decision{}, err
+		}
 		return decided(ChangeSetRejected{ChangeSetID: cs.ID, RejectedBy: m.Person, Reason: c.Reason}), nil
-	case MarkDeployment:
-		return p.markDeployment(c)
+	case ExpireChangeSet:
+		cs, ok := p.ChangeSets[c.ChangeSetID]
+		if !ok || c.TTL <= 0 || m.Now.Sub(cs.OpenedAt) < c.TTL {
+			return Decision{}, nil
+		}
+		return decided(ChangeSetExpired{ChangeSetID: cs.ID}), nil
+	case ResumeDeploys:
+		if _, err := p.environment(c.EnvironmentID); err != nil {
+			return Decision{}, err
+		}
+		if _, err := p.service(c.ServiceID); err != nil {
+			return Decision{}, err
+		}
+		if !p.Paused[c.EnvironmentID][c.ServiceID] {
+			return Decision{}, nil
+		}
+		return decided(DeploymentsResumed{EnvironmentID: c.EnvironmentID, ServiceID: c.ServiceID}), nil
 	}
 	return Decision{}, invalidf("command %T is not a project command", cmd)
-}
-
-func (p *Project) markDeployment(c MarkDeployment) (Decision, error) {
-	d, ok := p.Deployments[c.DeploymentID]
-	if !ok {
-		return Decision{}, notFoundf("deployment %s", c.DeploymentID)
-	}
-	allowed := map[DeploymentStatus][]DeploymentStatus{
-		StatusRequested:  {StatusDelivering, StatusFailed},
-		StatusDelivering: {StatusSucceeded, StatusFailed},
-	}
-	if d.Status == c.Status {
-		return Decision{}, nil
-	}
-	if !slices.Contains(allowed[d.Status], c.Status) {
-		return Decision{}, conflictf("deployment %s is %s and cannot become %s", d.ID, d.Status, c.Status)
-	}
-	switch c.Status {
-	case StatusDelivering:
-		return decided(DeploymentDelivering{DeploymentID: d.ID}), nil
-	case StatusSucceeded:
-		return decided(DeploymentSucceeded{DeploymentID: d.ID}), nil
-	default:
-		if strings.TrimSpace(c.Reason) == "" {
-			return Decision{}, invalidf("a failed deployment needs a reason")
-		}
-		return decided(DeploymentFailed{DeploymentID: d.ID, Reason: c.Reason}), nil
-	}
 }
 
 // removeDomains removes the domains that match, giving their names back.

@@ -49,6 +49,16 @@ func affected(ctx context.Context, tx pgx.Tx, batch []Decoded) ([]string, map[st
 			add(d.EnvironmentID, e.RequestID)
 		case domain.DeploymentRequested:
 			add(d.EnvironmentID, e.RequestID)
+		case domain.DeploymentFailed:
+			// A failed release gives way to the one that ran before it.
+			var env string
+			err := tx.QueryRow(ctx, `SELECT environment_id::text FROM deployments WHERE id = $1`, d.DeploymentID).Scan(&env)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return nil, nil, fmt.Errorf("finding the environment of deployment %s: %w", d.DeploymentID, err)
+			}
+			if env != "" {
+				add(env, e.RequestID)
+			}
 		case domain.ServiceCreated, domain.ServiceUpdated, domain.ServiceDeleted, domain.ProjectDeleted:
 			_, pid := domain.StreamID(e.StreamID)
 			if _, ok := projectReq[pid]; !ok {
@@ -256,7 +266,7 @@ func LoadSnapshot(ctx context.Context, q eventstore.Querier, envID string, keys 
 		return s, fmt.Errorf("loading domains of %s: %w", envID, err)
 	}
 
-	rows, err = q.Query(ctx, `SELECT c.service_id::text, r.id::text, r.number, r.image, r.config
+	rows, err = q.Query(ctx, `SELECT c.service_id::text, r.id::text, r.number, r.image, r.config, c.deployment_id::text
 		FROM current_releases c JOIN releases r ON r.id = c.release_id WHERE c.environment_id = $1`, envID)
 	if err != nil {
 		return s, fmt.Errorf("loading releases of %s: %w", envID, err)
@@ -265,7 +275,7 @@ func LoadSnapshot(ctx context.Context, q eventstore.Querier, envID string, keys 
 		var svc string
 		var rel compiler.Release
 		var cfgJSON []byte
-		if err := rows.Scan(&svc, &rel.ID, &rel.Number, &rel.Image, &cfgJSON); err != nil {
+		if err := rows.Scan(&svc, &rel.ID, &rel.Number, &rel.Image, &cfgJSON, &rel.DeploymentID); err != nil {
 			rows.Close()
 			return s, err
 		}

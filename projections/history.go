@@ -2,6 +2,7 @@ package projections
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,7 +18,7 @@ type ReleaseConfig struct {
 // history projects the release history: releases, deployments, the current
 // release of each service in each environment, and change sets.
 type history struct {
-	releases, deployments, current, changesets *table
+	releases, deployments, stages, current, pauses, changesets *table
 }
 
 func newHistory() *history {
@@ -25,16 +26,23 @@ func newHistory() *history {
 		releases: newInsertOnlyTable("releases", 1, "id uuid", "org_id uuid", "project_id uuid", "environment_id uuid", "service_id uuid",
 			"number integer", "image text", "config jsonb", "reason text", "created_at timestamptz", "created_by text"),
 		deployments: newInsertOnlyTable("deployments", 1, "id uuid", "org_id uuid", "project_id uuid", "environment_id uuid", "service_id uuid",
-			"release_id uuid", "status text", "reason text", "requested_at timestamptz", "updated_at timestamptz", "requested_by text"),
+			"release_id uuid", "status text", "reason text", "requested_at timestamptz", "updated_at timestamptz", "requested_by text",
+			"seq bigint", "rollback boolean", "revision integer", "ready integer", "desired integer", "detail text",
+			"superseded_by uuid", "stalled_since timestamptz", "finished_at timestamptz"),
+		stages: newInsertOnlyTable("deployment_stages", 2, "deployment_id uuid", "seq integer", "org_id uuid", "stage text",
+			"ready integer", "desired integer", "detail text", "at timestamptz", "actor text"),
 		current: newTable("current_releases", 2, "environment_id uuid", "service_id uuid", "org_id uuid", "release_id uuid", "deployment_id uuid"),
+		pauses:  newTable("deploy_pauses", 2, "environment_id uuid", "service_id uuid", "org_id uuid", "paused_at timestamptz", "paused_by text", "reason text"),
 		changesets: newTable("changesets", 1, "id uuid", "org_id uuid", "project_id uuid", "environment_id uuid", "status text",
-			"description text", "changes jsonb", "opened_by text", "opened_at timestamptz", "decided_by text", "decided_at timestamptz"),
+			"description text", "changes jsonb", "opened_by text", "opened_at timestamptz", "decided_by text", "decided_at timestamptz", "version integer"),
 	}
 }
 
 func (h *history) Name() string { return "release-history" }
 
-func (h *history) all() []*table { return []*table{h.releases, h.deployments, h.current, h.changesets} }
+func (h *history) all() []*table {
+	return []*table{h.releases, h.deployments, h.stages, h.current, h.pauses, h.changesets}
+}
 
 func (h *history) Tables() []string {
 	var names []string
@@ -49,30 +57,82 @@ func actorLabel(a domain.Actor) string { return string(a.Kind) + ":" + a.Name }
 func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
 	for _, e := range batch {
 		at := e.OccurredAt
-		_, projectID := domain.StreamID(e.StreamID)
+		_, streamID := domain.StreamID(e.StreamID)
 		org := nullable(e.OrgID)
+		stage := func(deploymentID string, s domain.DeploymentStatus, ready, desired int, detail string) {
+			h.stages.upsert(deploymentID, e.StreamVersion, org, string(s), ready, desired, detail, at, actorLabel(e.Actor))
+		}
 		switch d := e.Data.(type) {
 		case domain.ReleaseCreated:
 			cfg := mustJSON(ReleaseConfig{Processes: d.Processes, Variables: d.Variables})
-			h.releases.upsert(d.ReleaseID, org, projectID, d.EnvironmentID, d.ServiceID, d.Number, d.Image, cfg, d.Reason, at, actorLabel(e.Actor))
+			h.releases.upsert(d.ReleaseID, org, streamID, d.EnvironmentID, d.ServiceID, d.Number, d.Image, cfg, d.Reason, at, actorLabel(e.Actor))
 		case domain.DeploymentRequested:
-			h.deployments.upsert(d.DeploymentID, org, projectID, d.EnvironmentID, d.ServiceID, d.ReleaseID, string(domain.StatusRequested), "", at, at, actorLabel(e.Actor))
+			h.deployments.upsert(d.DeploymentID, org, streamID, d.EnvironmentID, d.ServiceID, d.ReleaseID, string(domain.StatusRequested), "",
+				at, at, actorLabel(e.Actor), e.Position, d.Rollback, 0, 0, 0, "", nil, nil, nil)
 			h.current.upsert(d.EnvironmentID, d.ServiceID, org, d.ReleaseID, d.DeploymentID)
 		case domain.DeploymentDelivering:
-			h.deployments.update([]any{d.DeploymentID}, map[string]any{"status": string(domain.StatusDelivering), "updated_at": at})
+			h.deployments.update([]any{d.DeploymentID}, map[string]any{"status": string(domain.StatusDelivering), "revision": d.Revision, "updated_at": at})
+			stage(d.DeploymentID, domain.StatusDelivering, 0, 0, "")
+		case domain.DeploymentStageReached:
+			h.deployments.update([]any{d.DeploymentID}, map[string]any{"status": string(d.Stage), "ready": d.Ready, "desired": d.Desired,
+				"detail": d.Detail, "updated_at": at})
+			stage(d.DeploymentID, d.Stage, d.Ready, d.Desired, d.Detail)
 		case domain.DeploymentSucceeded:
-			h.deployments.update([]any{d.DeploymentID}, map[string]any{"status": string(domain.StatusSucceeded), "updated_at": at})
+			h.deployments.update([]any{d.DeploymentID}, map[string]any{"status": string(domain.StatusSucceeded), "detail": "",
+				"stalled_since": nil, "updated_at": at, "finished_at": at})
+			stage(d.DeploymentID, domain.StatusSucceeded, 0, 0, "")
 		case domain.DeploymentFailed:
-			h.deployments.update([]any{d.DeploymentID}, map[string]any{"status": string(domain.StatusFailed), "reason": d.Reason, "updated_at": at})
+			h.deployments.update([]any{d.DeploymentID}, map[string]any{"status": string(domain.StatusFailed), "reason": d.Reason,
+				"stalled_since": nil, "updated_at": at, "finished_at": at})
+			stage(d.DeploymentID, domain.StatusFailed, 0, 0, d.Reason)
+			// The release that ran before the failed one runs again: the
+			// compiler reads current_releases, so it must say so now.
+			if err := flush(ctx, tx, h.all()...); err != nil {
+				return err
+			}
+			if err := revertCurrent(ctx, tx, d.DeploymentID); err != nil {
+				return err
+			}
+		case domain.DeploymentSuperseded:
+			h.deployments.update([]any{d.DeploymentID}, map[string]any{"status": string(domain.StatusSuperseded), "superseded_by": d.By,
+				"stalled_since": nil, "updated_at": at, "finished_at": at})
+			stage(d.DeploymentID, domain.StatusSuperseded, 0, 0, "")
+		case domain.DeploymentStalled:
+			h.deployments.update([]any{d.DeploymentID}, map[string]any{"stalled_since": d.Since})
+		case domain.DeploymentStallCleared:
+			h.deployments.update([]any{d.DeploymentID}, map[string]any{"stalled_since": nil})
+		case domain.DeploymentsPaused:
+			h.pauses.upsert(d.EnvironmentID, d.ServiceID, org, at, actorLabel(e.Actor), d.Reason)
+		case domain.DeploymentsResumed:
+			h.pauses.delete(d.EnvironmentID, d.ServiceID)
 		case domain.ChangeSetOpened:
-			h.changesets.upsert(d.ChangeSetID, org, projectID, d.EnvironmentID, "open", d.Description, mustJSON(d.Changes), d.OpenedBy, at, "", nil)
+			h.changesets.upsert(d.ChangeSetID, org, streamID, d.EnvironmentID, "open", d.Description, mustJSON(d.Changes), d.OpenedBy, at, "", nil, 1)
+		case domain.ChangeSetChanged:
+			h.changesets.update([]any{d.ChangeSetID}, map[string]any{"changes": mustJSON(d.Changes), "description": d.Description, "version": d.Version})
 		case domain.ChangeSetApproved:
 			h.changesets.update([]any{d.ChangeSetID}, map[string]any{"status": "approved", "decided_by": d.ApprovedBy, "decided_at": at})
 		case domain.ChangeSetRejected:
 			h.changesets.update([]any{d.ChangeSetID}, map[string]any{"status": "rejected", "decided_by": d.RejectedBy, "decided_at": at})
+		case domain.ChangeSetExpired:
+			h.changesets.update([]any{d.ChangeSetID}, map[string]any{"status": "expired", "decided_by": "", "decided_at": at})
 		}
 	}
 	return flush(ctx, tx, h.all()...)
+}
+
+// revertCurrent makes the latest succeeded deployment of the failed
+// deployment's service and environment current again, or none when nothing
+// ever succeeded there (the agent then removes the failed release).
+func revertCurrent(ctx context.Context, tx pgx.Tx, failed string) error {
+	_, err := tx.Exec(ctx, `WITH f AS (SELECT environment_id, service_id FROM current_releases WHERE deployment_id = $1),
+		p AS (SELECT d.id, d.release_id FROM deployments d JOIN f USING (environment_id, service_id)
+			WHERE d.status = 'succeeded' ORDER BY d.seq DESC, d.id LIMIT 1),
+		u AS (UPDATE current_releases c SET release_id = p.release_id, deployment_id = p.id FROM p WHERE c.deployment_id = $1 RETURNING 1)
+		DELETE FROM current_releases WHERE deployment_id = $1 AND NOT EXISTS (SELECT 1 FROM u)`, failed)
+	if err != nil {
+		return fmt.Errorf("reverting to the release before deployment %s: %w", failed, err)
+	}
+	return nil
 }
 
 // revisions projects revision.compiled events into the revisions table.

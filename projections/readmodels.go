@@ -69,7 +69,7 @@ func newReadModels() *readModels {
 		servers:    newTable("servers", 1, "id uuid", "org_id uuid", "cluster_id uuid", "name text", "credential_hash text", "registered_at timestamptz", "revoked_at timestamptz"),
 		projects:   newTable("projects", 1, "id uuid", "org_id uuid", "name text", "created_at timestamptz", "deleted_at timestamptz"),
 		envs:       newTable("environments", 1, "id uuid", "org_id uuid", "project_id uuid", "name text", "cluster_id uuid", "protected boolean", "created_at timestamptz", "deleted_at timestamptz"),
-		services:   newTable("services", 1, "id uuid", "org_id uuid", "project_id uuid", "name text", "source jsonb", "processes jsonb", "created_at timestamptz", "updated_at timestamptz", "deleted_at timestamptz"),
+		services:   newTable("services", 1, "id uuid", "org_id uuid", "project_id uuid", "name text", "source jsonb", "processes jsonb", "created_at timestamptz", "updated_at timestamptz", "deleted_at timestamptz", "progress_deadline_seconds integer"),
 		variables:  newTable("variables", 3, "environment_id uuid", "service_id text", "name text", "org_id uuid", "project_id uuid", "value text", "secret jsonb", "updated_at timestamptz"),
 		domains:    newTable("domains", 1, "host text", "org_id uuid", "project_id uuid", "environment_id uuid", "service_id uuid", "created_at timestamptz"),
 		replicas:   newTable("replica_counts", 3, "environment_id uuid", "service_id uuid", "process text", "org_id uuid", "replicas integer", "updated_at timestamptz"),
@@ -146,9 +146,10 @@ func (r *readModels) apply(e Decoded) {
 	case domain.EnvironmentDeleted:
 		r.envs.update([]any{d.EnvironmentID}, map[string]any{"deleted_at": at})
 	case domain.ServiceCreated:
-		r.services.upsert(d.ServiceID, org, streamID, d.Name, mustJSON(d.Source), mustJSON(d.Processes), at, at, nil)
+		r.services.upsert(d.ServiceID, org, streamID, d.Name, mustJSON(d.Source), mustJSON(d.Processes), at, at, nil, d.ProgressDeadlineSeconds)
 	case domain.ServiceUpdated:
-		r.services.update([]any{d.ServiceID}, map[string]any{"source": mustJSON(d.Source), "processes": mustJSON(d.Processes), "updated_at": at})
+		r.services.update([]any{d.ServiceID}, map[string]any{"source": mustJSON(d.Source), "processes": mustJSON(d.Processes), "updated_at": at,
+			"progress_deadline_seconds": d.ProgressDeadlineSeconds})
 	case domain.ServiceDeleted:
 		r.services.update([]any{d.ServiceID}, map[string]any{"deleted_at": at})
 	case domain.VariablesSet:
