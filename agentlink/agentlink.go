@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -327,6 +328,33 @@ func (l *Link) OnLogs(ctx context.Context, p transport.Peer, lg transport.Logs) 
 	if err := l.cfg.Telemetry.SaveLogs(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, lg); err != nil {
 		l.cfg.Logger.Warn("saving log lines", "server", p.Name, "err", err)
 	}
+}
+
+// OnStage records a rollout stage the agent reported as a command on the
+// deployment's own stream; the deployment checks that it runs on the
+// reporting agent's cluster, and only moves forward.
+func (l *Link) OnStage(ctx context.Context, p transport.Peer, st transport.StageReport) {
+	if domain.ValidateID("deployment", st.DeploymentID) != nil {
+		l.cfg.Logger.Warn("ignoring a stage report without a valid deployment id", "server", p.Name)
+		return
+	}
+	actor := domain.Actor{Kind: domain.ActorAgent, ID: p.ServerID, Name: p.Name}
+	_, err := l.cfg.Commands.Deployment(ctx, command.Context{Actor: actor}, p.OrgID, st.DeploymentID, domain.ReportStage{
+		ClusterID: p.ClusterID, Stage: domain.DeploymentStatus(st.Stage), Ready: st.Ready, Desired: st.Desired, Detail: truncateUTF8(st.Detail, domain.MaxDetail)})
+	if err != nil {
+		l.cfg.Logger.Warn("recording a stage report", "server", p.Name, "deployment", st.DeploymentID, "stage", truncateUTF8(st.Stage, 40), "err", err)
+	}
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // OnDisconnect records that the connection ended.

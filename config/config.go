@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/joho/godotenv"
 )
@@ -28,6 +29,12 @@ const (
 	// EnvInsecureRegistries lists registries (host:port, comma-separated)
 	// reached over plain HTTP: development registries on loopback only.
 	EnvInsecureRegistries = "NEBULACTRL_INSECURE_REGISTRIES"
+	// EnvApprovalTTL is how long a change set waits for a decision before it
+	// expires (a Go duration, default 72h).
+	EnvApprovalTTL = "NEBULACTRL_APPROVAL_TTL"
+	// EnvStallTimeout flags a deployment whose stages did not move for this
+	// long (a Go duration, default 10m).
+	EnvStallTimeout = "NEBULACTRL_STALL_TIMEOUT"
 )
 
 // Config is the control plane's configuration.
@@ -49,6 +56,8 @@ type Config struct {
 	TLSCert, TLSKey string
 	// InsecureRegistries are reached over plain HTTP.
 	InsecureRegistries []string
+	// ApprovalTTL and StallTimeout: see EnvApprovalTTL and EnvStallTimeout.
+	ApprovalTTL, StallTimeout time.Duration
 	// EnvFile is the .env file that was read (or would be written).
 	EnvFile string
 }
@@ -102,6 +111,20 @@ func Load(envFile string) (Config, error) {
 	for _, r := range strings.Split(get(EnvInsecureRegistries), ",") {
 		if r = strings.TrimSpace(r); r != "" {
 			c.InsecureRegistries = append(c.InsecureRegistries, r)
+		}
+	}
+	for _, d := range []struct {
+		env string
+		to  *time.Duration
+		def time.Duration
+	}{{EnvApprovalTTL, &c.ApprovalTTL, 72 * time.Hour}, {EnvStallTimeout, &c.StallTimeout, 10 * time.Minute}} {
+		*d.to = d.def
+		if v := get(d.env); v != "" {
+			t, err := time.ParseDuration(v)
+			if err != nil || t <= 0 {
+				return Config{}, fmt.Errorf("%s=%q: want a positive duration such as 72h or 10m", d.env, v)
+			}
+			*d.to = t
 		}
 	}
 	if c.Listen == "" {

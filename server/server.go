@@ -31,6 +31,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/jobs"
 	"github.com/nebulactrl/nebulactrl/pgcluster"
 	"github.com/nebulactrl/nebulactrl/projections"
+	"github.com/nebulactrl/nebulactrl/reactions"
 	"github.com/nebulactrl/nebulactrl/seal"
 	"github.com/nebulactrl/nebulactrl/telemetry"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -98,7 +99,12 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 
 	store := eventstore.New(pool, log)
 	sealer := seal.New(pool, key, log)
-	cmd, err := command.New(command.Config{Store: store, Logger: log})
+	cmd, err := command.New(command.Config{Store: store, Logger: log, Now: opts.Now})
+	if err != nil {
+		return err
+	}
+	react, err := reactions.New(reactions.Config{Store: store, Commands: cmd, Logger: log, Now: opts.Now,
+		ApprovalTTL: cfg.ApprovalTTL, StallTimeout: cfg.StallTimeout})
 	if err != nil {
 		return err
 	}
@@ -133,13 +139,15 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	hub, err := transport.NewHub(hubCtx, transport.HubConfig{
 		Authenticate: link.Authenticate, Heads: link.Heads, Fetch: link.Fetch,
 		OnHello: link.OnHello, OnHeartbeat: link.OnHeartbeat, OnAck: link.OnAck, OnDisconnect: link.OnDisconnect,
-		OnStatus: link.OnStatus, OnLogs: link.OnLogs,
+		OnStatus: link.OnStatus, OnLogs: link.OnLogs, OnStage: link.OnStage,
 		Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-	sched, err := jobs.New(jobs.Config{Pool: pool, Replica: replica, Logger: log, Jobs: backgroundJobs(store, pool, tel, opts.JobInterval)})
+	sched, err := jobs.New(jobs.Config{Pool: pool, Replica: replica, Logger: log,
+		Jobs: append(backgroundJobs(store, pool, tel, opts.JobInterval), jobs.Job{Name: "fire-timers", Interval: time.Second,
+			Run: func(ctx context.Context) error { _, err := react.FireDue(ctx); return err }})})
 	if err != nil {
 		return err
 	}
@@ -150,6 +158,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		"notifier":    store.RunNotifier,
 		"waker":       waker.Run,
 		"projections": func(ctx context.Context) error { return proj.Run(ctx, waker.Subscribe()) },
+		"reactions":   func(ctx context.Context) error { return react.Run(ctx, waker.Subscribe()) },
 		"jobs":        sched.Run,
 		"agent-hub":   func(ctx context.Context) error { return refreshHub(ctx, hub, link, waker, log) },
 	} {
