@@ -42,7 +42,7 @@ func given(events ...domain.Event) *domain.Project {
 	return p
 }
 
-func decideAll(t *testing.T, p *domain.Project, m domain.Meta, cmds ...any) []domain.Event {
+func decideAll(t *testing.T, p *domain.Project, m domain.Meta, cmds ...domain.ProjectCommand) []domain.Event {
 	t.Helper()
 	var all []domain.Event
 	for _, c := range cmds {
@@ -74,7 +74,7 @@ func TestProjectCommandsRejectBadInput(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		cmd  any
+		cmd  domain.ProjectCommand
 		want error
 	}{
 		{"project name not DNS-safe", domain.CreateProject{ProjectID: projectID, OrgID: orgID, Name: "Shop_1"}, domain.ErrConflict},
@@ -125,7 +125,7 @@ func TestDeployCreatesAnImmutableReleaseWithFrozenConfiguration(t *testing.T) {
 	require.Equal(t, "deploy", rel.Reason)
 	require.Equal(t, []domain.Variable{{Name: "LOG", Value: "debug"}, {Name: "PORT", Value: "8080"}}, rel.Variables, "service variables win over environment-wide ones")
 	require.Equal(t, 3, rel.Processes[0].Replicas, "the environment's replica count is frozen")
-	require.Equal(t, domain.DeploymentRequested{DeploymentID: dep1, ReleaseID: rel1, EnvironmentID: stagingID, ServiceID: apiID}, evs[len(evs)-1])
+	require.Equal(t, domain.DeploymentRequested{DeploymentID: dep1, ReleaseID: rel1, EnvironmentID: stagingID, ServiceID: apiID, Image: digest}, evs[len(evs)-1])
 
 	// Changing a variable later makes a new release; the first stays as it was.
 	evs = decideAll(t, p, meta(alice, "c2"),
@@ -174,17 +174,28 @@ func TestProtectedEnvironmentNeedsSomeoneElsesApproval(t *testing.T) {
 	require.Len(t, evs, 1, "nothing happens but the change set")
 	opened := evs[0].(domain.ChangeSetOpened)
 	require.Equal(t, alice, opened.OpenedBy)
-	require.Empty(t, p.Releases[prodID])
+	require.Empty(t, p.ReleaseCount[prodID])
 
-	_, err := p.Decide(domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID}, meta(alice, "c2"))
+	_, err := p.Decide(domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID, Version: 1}, meta(alice, "c2"))
 	require.ErrorIs(t, err, domain.ErrForbidden, "nobody approves their own change")
 
-	evs = decideAll(t, p, meta(bob, "c3"), domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID})
-	require.Equal(t, []string{"changeset.approved", "release.created", "deployment.requested"}, types(evs))
-	require.Len(t, p.Releases[prodID][apiID], 1)
+	// A second change of the same person joins the open change set: an
+	// approval of the version before is refused.
+	evs = decideAll(t, p, meta(alice, "c2b"), domain.Scale{EnvironmentID: prodID, ServiceID: apiID, Process: "web", Replicas: 3})
+	changed := evs[0].(domain.ChangeSetChanged)
+	require.Equal(t, 2, changed.Version)
+	require.Len(t, changed.Changes, 2)
+	_, err = p.Decide(domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID, Version: 1}, meta(bob, "c3"))
+	require.ErrorIs(t, err, domain.ErrConflict, "the change set changed since version 1")
+	_, err = p.Decide(domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID}, meta(bob, "c3"))
+	require.ErrorIs(t, err, domain.ErrInvalid, "an approval names a version")
 
-	_, err = p.Decide(domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID}, meta(bob, "c4"))
-	require.ErrorIs(t, err, domain.ErrConflict, "a change set applies once")
+	evs = decideAll(t, p, meta(bob, "c3"), domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID, Version: 2})
+	require.Equal(t, []string{"changeset.approved", "release.created", "deployment.requested", "service.scaled", "release.created", "deployment.requested"}, types(evs))
+	require.Equal(t, 2, p.ReleaseCount[prodID][apiID])
+
+	_, err = p.Decide(domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID, Version: 2}, meta(bob, "c4"))
+	require.ErrorIs(t, err, domain.ErrNotFound, "a change set applies once")
 
 	// An invalid change never opens a change set.
 	_, err = p.Decide(domain.Deploy{EnvironmentID: prodID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: "api:latest"}, meta(alice, "c5"))
@@ -198,25 +209,52 @@ func TestRollbackDeploysTheEarlierReleaseAgain(t *testing.T) {
 		domain.Deploy{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: digest},
 		domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: []domain.Variable{{Name: "A", Value: "1"}}},
 	)
+	latest := p.Current[stagingID][apiID].DeploymentID
 	dep := "00000000-0000-4000-8000-0000000000d9"
-	evs := decideAll(t, p, meta(alice, "c2"), domain.Rollback{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep})
-	require.Equal(t, domain.DeploymentRequested{DeploymentID: dep, ReleaseID: rel1, EnvironmentID: stagingID, ServiceID: apiID, Rollback: true}, evs[0])
+	ref := domain.ReleaseRef{EnvironmentID: stagingID, ServiceID: apiID, Number: 1, Image: digest}
+	_, err := p.Decide(domain.Rollback{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep,
+		Release: domain.ReleaseRef{EnvironmentID: prodID, ServiceID: apiID, Number: 1, Image: digest}}, meta(alice, "c2"))
+	require.ErrorIs(t, err, domain.ErrNotFound, "a release of another environment is not this service's")
+	evs := decideAll(t, p, meta(alice, "c2"), domain.Rollback{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep, Release: ref})
+	require.Equal(t, domain.DeploymentRequested{DeploymentID: dep, ReleaseID: rel1, EnvironmentID: stagingID, ServiceID: apiID,
+		Rollback: true, Image: digest, Supersedes: latest}, evs[0])
 	require.Equal(t, "service.rollback", domain.Audit(evs[0]).Action)
+	require.Equal(t, "service.deploys.paused", evs[1].EventType())
+	require.True(t, p.Paused[stagingID][apiID])
+
+	// Automatic deploys wait until someone resumes them; people still deploy.
+	auto := domain.Deploy{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: "00000000-0000-4000-8000-0000000000da",
+		DeploymentID: "00000000-0000-4000-8000-0000000000db", Image: digest, Automatic: true}
+	_, err = p.Decide(auto, meta(alice, "c3"))
+	require.ErrorIs(t, err, domain.ErrConflict)
+	require.ErrorContains(t, err, "paused")
+	evs = decideAll(t, p, meta(alice, "c4"), domain.ResumeDeploys{EnvironmentID: stagingID, ServiceID: apiID})
+	require.Equal(t, []string{"service.deploys.resumed"}, types(evs))
+	evs = decideAll(t, p, meta(alice, "c5"), auto)
+	require.Equal(t, dep, evs[1].(domain.DeploymentRequested).Supersedes, "the new deployment supersedes the rollback")
+	// The configuration change after the rollback re-releases the rolled-back image.
+	require.Equal(t, digest, p.Current[stagingID][apiID].Image)
 }
 
-func TestDeploymentLifecycle(t *testing.T) {
+func TestChangeSetExpires(t *testing.T) {
 	t.Parallel()
 	p := baseProject(t)
-	decideAll(t, p, meta(alice, "c1"), domain.Deploy{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: digest})
-	_, err := p.Decide(domain.MarkDeployment{DeploymentID: dep1, Status: domain.StatusSucceeded}, meta(alice, "c2"))
-	require.ErrorIs(t, err, domain.ErrConflict, "requested cannot jump to succeeded")
-	_, err = p.Decide(domain.MarkDeployment{DeploymentID: dep1, Status: domain.StatusFailed}, meta(alice, "c2"))
-	require.ErrorIs(t, err, domain.ErrInvalid, "a failure needs a reason")
-	decideAll(t, p, meta(alice, "c3"),
-		domain.MarkDeployment{DeploymentID: dep1, Status: domain.StatusDelivering},
-		domain.MarkDeployment{DeploymentID: dep1, Status: domain.StatusSucceeded})
-	_, err = p.Decide(domain.MarkDeployment{DeploymentID: dep1, Status: domain.StatusFailed, Reason: "x"}, meta(alice, "c4"))
-	require.ErrorIs(t, err, domain.ErrConflict)
+	m := meta(alice, "c1")
+	d, err := p.Decide(domain.Scale{EnvironmentID: prodID, ServiceID: apiID, Process: "web", Replicas: 2}, m)
+	require.NoError(t, err)
+	p.ApplyAt(d.Events[0], now)
+	id := d.Events[0].(domain.ChangeSetOpened).ChangeSetID
+	early := meta("reactions", "c2")
+	early.Now = now.Add(71 * time.Hour)
+	d, err = p.Decide(domain.ExpireChangeSet{ChangeSetID: id, TTL: 72 * time.Hour}, early)
+	require.NoError(t, err)
+	require.Empty(t, d.Events, "not before its time")
+	late := meta("reactions", "c3")
+	late.Now = now.Add(72 * time.Hour)
+	evs := decideAll(t, p, late, domain.ExpireChangeSet{ChangeSetID: id, TTL: 72 * time.Hour})
+	require.Equal(t, []string{"changeset.expired"}, types(evs))
+	_, err = p.Decide(domain.ApproveChangeSet{ChangeSetID: id, Version: 1}, meta(bob, "c4"))
+	require.ErrorIs(t, err, domain.ErrNotFound, "an expired change set cannot be approved")
 }
 
 func TestNameClaimsOfCreation(t *testing.T) {
