@@ -163,9 +163,9 @@ func TestEndToEnd(t *testing.T) {
 	res, err := b.cmd.Project(ctx, asAlice, org, project, domain.Deploy{EnvironmentID: prod, ServiceID: api, ReleaseID: id(), DeploymentID: id(), Image: digestOf("api")})
 	require.NoError(t, err)
 	cs := res.Events[0].(domain.ChangeSetOpened)
-	_, err = b.cmd.Project(ctx, asAlice, org, project, domain.ApproveChangeSet{ChangeSetID: cs.ChangeSetID})
+	_, err = b.cmd.Project(ctx, asAlice, org, project, domain.ApproveChangeSet{ChangeSetID: cs.ChangeSetID, Version: 1})
 	require.ErrorIs(t, err, domain.ErrForbidden)
-	must(b.cmd.Project(ctx, asBob, org, project, domain.ApproveChangeSet{ChangeSetID: cs.ChangeSetID}))
+	must(b.cmd.Project(ctx, asBob, org, project, domain.ApproveChangeSet{ChangeSetID: cs.ChangeSetID, Version: 1}))
 
 	// Deleting the referenced service holds its dependant, with the reason.
 	must(b.cmd.Project(ctx, asBob, org, project, domain.DeleteService{ServiceID: db}))
