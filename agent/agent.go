@@ -7,6 +7,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
@@ -45,7 +46,16 @@ type Config struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// ReportEvery is how often the leader reports status (default 30 s).
 	ReportEvery time.Duration
-	Logger      *slog.Logger
+	// RetireGrace is how long an old release keeps running after traffic
+	// moved to the new one (default reconcile.DefaultRetireGrace, 15 s).
+	RetireGrace time.Duration
+	// ProgressEvery is how often an environment with a rollout under way is
+	// reconciled again (default 1 s).
+	ProgressEvery time.Duration
+	// RetryMin and RetryMax bound the exponential backoff, with jitter,
+	// after a transient Kubernetes error (default 1 s .. 30 s).
+	RetryMin, RetryMax time.Duration
+	Logger             *slog.Logger
 }
 
 // Agent runs the link and the reconciler.
@@ -56,9 +66,20 @@ type Agent struct {
 
 	mu sync.Mutex
 	// latest is the newest desired state received per environment: a standby
-	// keeps it, so that it can apply at once when it becomes the leader.
+	// keeps it, so that it can apply at once when it becomes the leader, and
+	// the leader reconciles it again while a rollout is under way.
 	latest map[string]transport.DesiredState
-	kick   chan struct{}
+	// due is when each environment is reconciled again (see progressLoop);
+	// applying marks those a delivery is applying right now.
+	due      map[string]due
+	applying map[string]bool
+	wake     chan struct{}
+
+	stages *stageTracker
+	// queue holds reports that wait for the link rather than be dropped.
+	qmu    sync.Mutex
+	queue  []transport.Report
+	queued chan struct{}
 
 	outbox  chan transport.Report
 	dropped atomic.Int64
@@ -81,15 +102,37 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.LeaseDuration == 0 {
 		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
 	}
-	rec, err := reconcile.New(reconcile.Config{Client: cfg.Client, Logger: cfg.Logger})
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = DefaultProgressEvery
+	}
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = DefaultRetryMin
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = DefaultRetryMax
+	}
+	if cfg.RetryMax < cfg.RetryMin {
+		return nil, fmt.Errorf("agent: RetryMax %v is shorter than RetryMin %v", cfg.RetryMax, cfg.RetryMin)
+	}
+	rec, err := reconcile.New(reconcile.Config{Client: cfg.Client, Logger: cfg.Logger, RetireGrace: cfg.RetireGrace})
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, rec: rec, latest: map[string]transport.DesiredState{}, kick: make(chan struct{}, 1), outbox: make(chan transport.Report, 256)}
+	a := &Agent{cfg: cfg, rec: rec, latest: map[string]transport.DesiredState{},
+		due: map[string]due{}, applying: map[string]bool{}, wake: make(chan struct{}, 1),
+		stages: newStageTracker(), queued: make(chan struct{}, 1),
+		outbox: make(chan transport.Report, 256)}
 	cfg.Link.Outbox = a.outbox
 	cfg.Link.Hello = a.hello
 	cfg.Link.Apply = a.apply
 	cfg.Link.Leader = a.leader.Load
+	onConnected := cfg.Link.OnConnected
+	cfg.Link.OnConnected = func(w transport.Welcome) {
+		a.onConnected()
+		if onConnected != nil {
+			onConnected(w)
+		}
+	}
 	a.cfg = cfg
 	return a, nil
 }
@@ -112,8 +155,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.elect(ctx) }()
 	}
-	wg.Add(2)
-	go func() { defer wg.Done(); a.catchUp(ctx) }()
+	wg.Add(3)
+	go func() { defer wg.Done(); a.progressLoop(ctx) }()
+	go func() { defer wg.Done(); a.sendLoop(ctx) }()
 	go func() { defer wg.Done(); a.reportLoop(ctx) }()
 	err = client.Run(ctx)
 	cancel()
@@ -135,65 +179,50 @@ func (a *Agent) elect(ctx context.Context) {
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(context.Context) {
 					a.cfg.Logger.Info("leading: this replica reconciles", "identity", a.cfg.Identity)
+					a.stages.reset()
 					a.leader.Store(true)
-					a.kickNow()
+					a.catchUp()
 				},
 				OnStoppedLeading: func() {
 					a.cfg.Logger.Info("standing by", "identity", a.cfg.Identity)
 					a.leader.Store(false)
+					a.stages.reset()
 				},
 			},
 		})
 	}
 }
 
-func (a *Agent) kickNow() {
-	select {
-	case a.kick <- struct{}{}:
-	default:
-	}
-}
-
-// catchUp applies the newest desired states a standby kept, when it becomes
-// the leader: the revisions it received while standing by are not sent again.
-func (a *Agent) catchUp(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.kick:
-		}
-		a.mu.Lock()
-		pending := make([]transport.DesiredState, 0, len(a.latest))
-		for _, ds := range a.latest {
-			pending = append(pending, ds)
-		}
-		a.mu.Unlock()
-		for _, ds := range pending {
-			if !a.leader.Load() {
-				break
-			}
-			if _, err := a.rec.Apply(ctx, ds.Revision, ds.Hash, ds.Document); err != nil {
-				a.cfg.Logger.Warn("applying a kept revision", "environment", ds.EnvironmentID, "revision", ds.Revision, "err", err)
-			}
-		}
-	}
-}
-
 // hello reports the revisions the cluster has applied, read from the
 // environments' namespaces, so the control plane sends only what is newer.
+//
+// For an environment whose applied document this replica does not hold (it
+// has just started) it reports one revision less, so that the control plane
+// sends the applied revision again: a rollout under way goes on only with
+// its document (the next Service, the release to keep), and a standby needs
+// it to take over. The applied revision received again is a progress pass:
+// it writes nothing where nothing is left to do.
 func (a *Agent) hello(ctx context.Context) transport.Hello {
 	applied := map[string]int{}
 	list, err := a.cfg.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: managedBy})
 	if err != nil {
 		a.cfg.Logger.Warn("reading applied revisions", "err", err)
 	} else {
+		a.mu.Lock()
 		for _, ns := range list.Items {
 			env := ns.Labels[environmentIDKey]
-			if n, err := strconv.Atoi(ns.Annotations[appliedRevisionAn]); err == nil && env != "" {
+			n, err := strconv.Atoi(ns.Annotations[appliedRevisionAn])
+			if err != nil || env == "" {
+				continue
+			}
+			if held, ok := a.latest[env]; !ok || held.Revision < n {
+				n--
+			}
+			if n > 0 {
 				applied[env] = n
 			}
 		}
+		a.mu.Unlock()
 	}
 	facts := transport.Facts{OS: runtime.GOOS, Leader: a.leader.Load()}
 	facts.Hostname, _ = os.Hostname()
@@ -205,28 +234,67 @@ func (a *Agent) hello(ctx context.Context) transport.Hello {
 
 // apply reconciles a desired state when leading; a standby keeps it and
 // acknowledges it as not applied by this replica.
+//
+// A transient Kubernetes error is retried here, with exponential backoff and
+// jitter, until the revision gets through: the acknowledgement waits, and
+// never says "applied" (nor "failed") for a service that was not. Permanent
+// errors are acknowledged as failed with their reason. A rollout the
+// revision starts goes on in the progress loop.
 func (a *Agent) apply(ctx context.Context, ds transport.DesiredState) transport.Ack {
 	a.mu.Lock()
-	if cur, ok := a.latest[ds.EnvironmentID]; !ok || ds.Revision > cur.Revision {
+	if cur, ok := a.latest[ds.EnvironmentID]; !ok || ds.Revision > cur.Revision || ds.Revision == cur.Revision && ds.Hash != cur.Hash {
 		a.latest[ds.EnvironmentID] = ds
 	}
 	a.mu.Unlock()
-	ack := transport.Ack{EnvironmentID: ds.EnvironmentID, Revision: ds.Revision, Hash: ds.Hash, Services: []transport.ServiceOutcome{}}
+	ignored := transport.Ack{EnvironmentID: ds.EnvironmentID, Revision: ds.Revision, Hash: ds.Hash, Ignored: true, Services: []transport.ServiceOutcome{}}
 	if !a.leader.Load() {
-		ack.Ignored = true
-		return ack
+		return ignored
 	}
-	res, err := a.rec.Apply(ctx, ds.Revision, ds.Hash, ds.Document)
-	if err != nil {
-		a.cfg.Logger.Error("applying a revision", "environment", ds.EnvironmentID, "revision", ds.Revision, "err", err)
-		for _, s := range ds.Document.Services {
-			ack.Services = append(ack.Services, transport.ServiceOutcome{Service: s.Name, State: "failed", Reason: err.Error()})
+	a.mu.Lock()
+	a.applying[ds.EnvironmentID] = true
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.applying, ds.EnvironmentID)
+		a.mu.Unlock()
+		select {
+		case a.wake <- struct{}{}:
+		default:
 		}
-		return ack
+	}()
+	backoff := time.Duration(0)
+	for {
+		res, err := a.pass(ctx, ds)
+		if !transient(res, err) {
+			if err != nil {
+				a.cfg.Logger.Error("applying a revision", "environment", ds.EnvironmentID, "revision", ds.Revision, "err", err)
+			}
+			return ackOf(ds, res, err)
+		}
+		backoff = nextBackoff(backoff, a.cfg.RetryMin, a.cfg.RetryMax)
+		wait := jitter(backoff)
+		a.cfg.Logger.Warn("applying a revision met a transient error, retrying", "environment", ds.EnvironmentID,
+			"revision", ds.Revision, "err", err, "retrying", retrying(res), "retry_in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			// The link is gone and this acknowledgement with it; the
+			// progress loop goes on retrying.
+			return ignored
+		case <-time.After(wait):
+		}
+		if !a.leader.Load() {
+			return ignored
+		}
 	}
-	ack.Ignored = res.Ignored
+}
+
+// retrying names the services a pass will retry, for the log.
+func retrying(res reconcile.Result) []string {
+	var out []string
 	for _, o := range res.Services {
-		ack.Services = append(ack.Services, transport.ServiceOutcome{Service: o.Service, State: o.State, Reason: o.Reason})
+		if o.State == reconcile.StateRetrying {
+			out = append(out, o.Service+": "+o.Reason)
+		}
 	}
-	return ack
+	return out
 }

@@ -48,12 +48,14 @@ type agent struct {
 
 var allVerbs = []string{"get", "list", "watch", "create", "patch", "update", "delete"}
 
-// fullRules is what the agent needs in an environment's namespace.
+// fullRules is what the agent needs in an environment's namespace: its
+// objects, and reading pods and events to say why a rollout waits.
 func fullRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"secrets", "services"}, Verbs: allVerbs},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: allVerbs},
 		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: allVerbs},
+		{APIGroups: []string{""}, Resources: []string{"pods", "events"}, Verbs: []string{"get", "list", "watch"}},
 	}
 }
 
@@ -121,16 +123,25 @@ func (b *bundle) newAgent(t *testing.T, name string, rules []rbacv1.PolicyRule) 
 	return &agent{b: b, user: k8stest.ServiceAccountUser(b.ns, name), cfg: cfg}
 }
 
+// testGrace is the retire grace period of the tests' Reconcilers: long
+// enough to see the old release stay after the switch, short enough to wait.
+const testGrace = time.Second
+
 // reconciler returns a fresh Reconciler with a fresh client, as a newly
-// elected leader would have.
-func (a *agent) reconciler(t *testing.T) *reconcile.Reconciler {
+// elected leader would have; opts adjust its Config (a clock, a grace).
+func (a *agent) reconciler(t *testing.T, opts ...func(*reconcile.Config)) *reconcile.Reconciler {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(rest.CopyConfig(a.cfg))
 	require.NoError(t, err)
-	r, err := reconcile.New(reconcile.Config{
-		Client: cs,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
-	})
+	cfg := reconcile.Config{
+		Client:      cs,
+		RetireGrace: testGrace,
+		Logger:      slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := reconcile.New(cfg)
 	require.NoError(t, err)
 	return r
 }
@@ -138,11 +149,73 @@ func (a *agent) reconciler(t *testing.T) *reconcile.Reconciler {
 // apply runs one Apply with a fresh Reconciler and fails the test on error.
 func (a *agent) apply(t *testing.T, revision int, doc desiredstate.Document) reconcile.Result {
 	t.Helper()
+	return applyWith(t, a.reconciler(t), revision, doc)
+}
+
+func applyWith(t *testing.T, r *reconcile.Reconciler, revision int, doc desiredstate.Document) reconcile.Result {
+	t.Helper()
 	hash, err := doc.Hash()
 	require.NoError(t, err)
-	res, err := a.reconciler(t).Apply(t.Context(), revision, hash, doc)
+	res, err := r.Apply(t.Context(), revision, hash, doc)
 	require.NoError(t, err)
 	return res
+}
+
+// stages collects, per service, the stage each pass ended in, without
+// repeats: what an agent would see pass after pass.
+type stages map[string][]string
+
+func (s stages) add(res reconcile.Result) {
+	for _, ro := range res.Rollouts {
+		seq := s[ro.Service]
+		if len(seq) == 0 || seq[len(seq)-1] != ro.Stage {
+			s[ro.Service] = append(seq, ro.Stage)
+		}
+	}
+}
+
+// converge applies revision, then goes on with progress passes of it, as
+// the agent does, until the result is settled; it fails the test if that
+// takes longer than within. It returns the last result and the stages seen.
+func (a *agent) converge(t *testing.T, revision int, doc desiredstate.Document, within time.Duration) (reconcile.Result, stages) {
+	t.Helper()
+	return convergeWith(t, a.reconciler(t), revision, doc, within, nil)
+}
+
+// convergeWith is converge with a given Reconciler, calling each (when not
+// nil) after every pass.
+func convergeWith(t *testing.T, r *reconcile.Reconciler, revision int, doc desiredstate.Document, within time.Duration,
+	each func(reconcile.Result)) (reconcile.Result, stages) {
+	t.Helper()
+	seen := stages{}
+	deadline := time.Now().Add(within)
+	for {
+		res := applyWith(t, r, revision, doc)
+		require.False(t, res.Ignored, "revision %d is not ignored", revision)
+		seen.add(res)
+		if each != nil {
+			each(res)
+		}
+		if res.Settled {
+			return res, seen
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("revision %d did not settle within %v: rollouts %+v, outcomes %v", revision, within, res.Rollouts, outcomes(res))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// rollout returns the named service's rollout of a result.
+func rollout(t *testing.T, res reconcile.Result, svc string) reconcile.Rollout {
+	t.Helper()
+	for _, ro := range res.Rollouts {
+		if ro.Service == svc {
+			return ro
+		}
+	}
+	t.Fatalf("no rollout of %s in %+v", svc, res.Rollouts)
+	return reconcile.Rollout{}
 }
 
 // writes returns the agent's write requests since, as sorted
@@ -170,7 +243,7 @@ func document(ns string) desiredstate.Document {
 		Services: []desiredstate.Service{
 			{
 				ID: "svc-api", Name: "api",
-				Release: &desiredstate.Release{ID: "rel-api-1", Number: 1, Image: image("api", 1)},
+				Release: &desiredstate.Release{ID: "rel-api-1", Number: 1, Image: image("api", 1), DeploymentID: "dep-api-1"},
 				Processes: []desiredstate.Process{
 					{Name: "web", Command: []string{"bin/api", "--listen", ":8080"}, Port: 8080, Replicas: 2,
 						HealthCheck: &desiredstate.HealthCheck{Path: "/healthz", Port: 8080, InitialDelaySeconds: 2, PeriodSeconds: 5}},
@@ -184,13 +257,13 @@ func document(ns string) desiredstate.Document {
 			},
 			{
 				ID: "svc-cron", Name: "cron",
-				Release:   &desiredstate.Release{ID: "rel-cron-4", Number: 4, Image: image("cron", 4)},
+				Release:   &desiredstate.Release{ID: "rel-cron-4", Number: 4, Image: image("cron", 4), DeploymentID: "dep-cron-4"},
 				Processes: []desiredstate.Process{{Name: "worker", Command: []string{"cron", "-f"}, Replicas: 1}},
 				Variables: []desiredstate.Variable{{Name: "TZ", Value: "UTC"}},
 			},
 			{
 				ID: "svc-web", Name: "web",
-				Release: &desiredstate.Release{ID: "rel-web-7", Number: 7, Image: image("web", 7)},
+				Release: &desiredstate.Release{ID: "rel-web-7", Number: 7, Image: image("web", 7), DeploymentID: "dep-web-7"},
 				Processes: []desiredstate.Process{{Name: "web", Port: 3000, Replicas: 1,
 					HealthCheck: &desiredstate.HealthCheck{Port: 3000}}},
 				Variables: []desiredstate.Variable{{Name: "NODE_ENV", Value: "production"}},

@@ -15,19 +15,20 @@ import (
 )
 
 // A changed variable comes with a new release: only that service's objects
-// are written, and its old release's Deployments and Secret are pruned.
+// are written; the Service moves to it once its pods are ready, and its old
+// release's Deployments and Secret are pruned after the grace period.
 func TestNewReleaseWritesOnlyThatServiceAndPrunesTheOldRelease(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	a := b.newAgent(t, "agent", fullRules())
 	doc := document(b.ns)
-	a.apply(t, 1, doc)
+	a.converge(t, 1, doc, 60*time.Second)
 	settled(t, b)
 	others := b.objects(t, "cron")
 	maps.Copy(others, b.objects(t, "web"))
 
 	api := service(t, &doc, "api")
-	api.Release = &desiredstate.Release{ID: "rel-api-2", Number: 2, Image: api.Release.Image}
+	api.Release = &desiredstate.Release{ID: "rel-api-2", Number: 2, Image: api.Release.Image, DeploymentID: "dep-api-2"}
 	api.Variables[0].Value = "postgres://db2.internal/shop"
 	since := time.Now()
 	res := a.apply(t, 2, doc)
@@ -36,10 +37,19 @@ func TestNewReleaseWritesOnlyThatServiceAndPrunesTheOldRelease(t *testing.T) {
 		patch secrets api-r2
 		patch deployments api-web-r2
 		patch deployments api-worker-r2
+		patch namespaces %s`, b.ns)), a.writes(t, since), "the new release starts next to the old one")
+	require.Contains(t, b.objects(t, "api"), "Deployment/api-web-r1", "the old release stays while the new one starts")
+
+	res, _ = a.converge(t, 2, doc, 60*time.Second)
+	require.Equal(t, lines(fmt.Sprintf(`
+		patch secrets api-r2
+		patch deployments api-web-r2
+		patch deployments api-worker-r2
+		patch namespaces %s
+		patch services api
 		delete deployments api-web-r1
 		delete deployments api-worker-r1
-		delete secrets api-r1
-		patch namespaces %s`, b.ns)), a.writes(t, since))
+		delete secrets api-r1`, b.ns)), a.writes(t, since))
 	require.Equal(t, []string{
 		"Deployment/api-web-r2", "Deployment/api-worker-r2",
 		"Ingress/api-api-example-com", "Ingress/api-www-example-com",
@@ -68,7 +78,7 @@ func TestHeldServiceIsLeftExactlyAsItIs(t *testing.T) {
 	b := setup(t)
 	a := b.newAgent(t, "agent", fullRules())
 	doc := document(b.ns)
-	a.apply(t, 1, doc)
+	a.converge(t, 1, doc, 60*time.Second)
 	settled(t, b)
 	held := b.objects(t, "api")
 	require.Len(t, held, 6)
@@ -82,11 +92,12 @@ func TestHeldServiceIsLeftExactlyAsItIs(t *testing.T) {
 	doc.Services = []desiredstate.Service{doc.Services[0], *web}
 
 	since := time.Now()
-	res := a.apply(t, 2, doc)
+	res, _ := a.converge(t, 2, doc, 60*time.Second)
 	require.Equal(t, map[string]string{
 		"api": "held: variable DATABASE_URL references the deleted service db",
 		"web": "applied",
 	}, outcomes(res))
+	require.Len(t, res.Rollouts, 1, "a held service has no rollout")
 	require.Equal(t, held, b.objects(t, "api"), "every object of the held service keeps its resourceVersion")
 	for _, w := range a.writes(t, since) {
 		require.NotContains(t, w, " api", "no write touches the held service: %s", w)
@@ -96,13 +107,14 @@ func TestHeldServiceIsLeftExactlyAsItIs(t *testing.T) {
 	require.NotContains(t, b.objects(t, "web"), "Deployment/web-web-r7")
 }
 
-// Revisions older than or equal to the applied one change nothing.
+// Revisions older than the applied one change nothing, nor does the applied
+// revision with another document.
 func TestOlderRevisionIsIgnored(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	a := b.newAgent(t, "agent", fullRules())
 	doc := document(b.ns)
-	a.apply(t, 5, doc)
+	a.converge(t, 5, doc, 60*time.Second)
 	before := settled(t, b)
 
 	empty := doc
@@ -116,6 +128,13 @@ func TestOlderRevisionIsIgnored(t *testing.T) {
 	}
 	require.Empty(t, a.writes(t, since))
 	require.Equal(t, before, b.objects(t, ""))
+
+	// The applied revision with its own document is a progress pass.
+	res := a.apply(t, 5, doc)
+	require.False(t, res.Ignored)
+	require.True(t, res.Settled)
+	require.Len(t, res.Services, 3)
+	require.Empty(t, a.writes(t, since))
 
 	rev, hash, err := a.reconciler(t).AppliedRevision(t.Context(), b.ns)
 	require.NoError(t, err)
@@ -141,7 +160,7 @@ func TestRemovedServicesAndDomainsArePruned(t *testing.T) {
 	b := setup(t)
 	a := b.newAgent(t, "agent", fullRules())
 	doc := document(b.ns)
-	a.apply(t, 1, doc)
+	a.converge(t, 1, doc, 60*time.Second)
 	require.Len(t, b.objects(t, "web"), 4)
 
 	service(t, &doc, "api").Domains = []string{"api.example.com"}
@@ -172,7 +191,9 @@ func TestRemovedServicesAndDomainsArePruned(t *testing.T) {
 }
 
 // An agent missing a permission fails the services that need it, with the
-// API server's Forbidden message, and applies the others.
+// API server's Forbidden message, and applies the others. Ingresses are
+// applied at the switch, so that is where the services with domains fail:
+// their rollout stops there and says why.
 func TestMissingPermissionFailsOnlyThatService(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -182,32 +203,39 @@ func TestMissingPermissionFailsOnlyThatService(t *testing.T) {
 	doc := document(b.ns)
 
 	since := time.Now()
-	res := a.apply(t, 1, doc)
+	res, _ := a.converge(t, 1, doc, 60*time.Second)
 	got := outcomes(res)
 	require.Equal(t, "applied", got["cron"])
 	for _, s := range []string{"api", "web"} {
 		require.Regexp(t, `^failed: ingresses\.networking\.k8s\.io ".+" is forbidden: User "`+a.user+`" cannot patch resource "ingresses"`, got[s])
+		ro := rollout(t, res, s)
+		require.Equal(t, reconcile.StageSwitching, ro.Stage, "the rollout stops at the switch")
+		require.Contains(t, ro.Detail, "forbidden")
 	}
-	var refused int
+	require.Equal(t, reconcile.StageSucceeded, rollout(t, res, "cron").Stage)
+	refused := map[string]bool{}
 	for _, ev := range b.cluster.WritesBy(t, a.user, since) {
 		if ev.Resource == "ingresses" {
 			require.Equal(t, 403, ev.Code)
-			refused++
+			refused[ev.Name] = true
 		}
 	}
-	require.Equal(t, 2, refused, "one refused Ingress apply per service with domains; a service stops at its first failure")
+	require.Equal(t, map[string]bool{"api-api-example-com": true, "web-shop-example-com": true}, refused,
+		"a service stops at its first failure")
 	rev, _, err := a.reconciler(t).AppliedRevision(t.Context(), b.ns)
 	require.NoError(t, err)
 	require.Equal(t, 1, rev, "the revision is recorded even though services failed")
 	require.Len(t, b.objects(t, "cron"), 2)
 
 	// Without even reading Ingresses, the agent cannot tell what it would
-	// prune or overwrite: the services with domains fail on the LIST.
+	// prune or overwrite: the services with domains fail on the LIST,
+	// before anything of them is written.
 	none := b.newAgent(t, "agent-no-ingress", fullRules()[:2])
 	res = none.apply(t, 2, doc)
 	got = outcomes(res)
 	require.Equal(t, "applied", got["cron"])
 	require.Regexp(t, `^failed: ingresses\.networking\.k8s\.io is forbidden: .* cannot list resource "ingresses"`, got["api"])
+	require.Len(t, res.Rollouts, 1, "only cron has a rollout")
 }
 
 // A variable the control plane failed to open fails its service only.

@@ -19,8 +19,31 @@ type liveObject struct {
 	name    string
 	uid     types.UID
 	service string // the nebulactrl.io/service label; "" when it has none
+	release string // the nebulactrl.io/release label; "" when it has none
 	hash    string // the spec-hash annotation
-	data    map[string][]byte
+	// switchedAt is the switched-at annotation of a Service, or of the
+	// Secret of a release of a service without a Service: when traffic (or,
+	// without a port, the service's work) moved to the release.
+	switchedAt string
+	data       map[string][]byte
+	// selector is a Service's selector.
+	selector map[string]string
+	// status is a Deployment's.
+	status deploymentStatus
+}
+
+// deploymentStatus is what the reconcile needs to know whether a
+// Deployment's pods are all ready with its current spec.
+type deploymentStatus struct {
+	generation, observed    int64
+	replicas                int32 // spec.replicas; 1 when unset, as the API server defaults it
+	ready, updated, current int32
+}
+
+// settled reports whether the Deployment runs want pods of its current spec,
+// all of them ready.
+func (d deploymentStatus) settled(want int32) bool {
+	return d.observed >= d.generation && d.replicas == want && d.updated == want && d.ready == want
 }
 
 // liveState is the managed objects of one namespace by kind and name. A kind
@@ -58,9 +81,11 @@ func (r *Reconciler) list(ctx context.Context, ns string, k kind) (map[string]li
 	opts := metav1.ListOptions{LabelSelector: managedSelector, Limit: listPage}
 	for {
 		var (
-			meta  []metav1.ObjectMeta
-			datas []map[string][]byte
-			cont  string
+			meta      []metav1.ObjectMeta
+			datas     []map[string][]byte
+			selectors []map[string]string
+			statuses  []deploymentStatus
+			cont      string
 		)
 		switch k {
 		case kindSecret:
@@ -79,6 +104,12 @@ func (r *Reconciler) list(ctx context.Context, ns string, k kind) (map[string]li
 			}
 			for _, o := range l.Items {
 				meta, datas = append(meta, o.ObjectMeta), append(datas, nil)
+				st := deploymentStatus{generation: o.Generation, observed: o.Status.ObservedGeneration, replicas: 1,
+					ready: o.Status.ReadyReplicas, updated: o.Status.UpdatedReplicas, current: o.Status.Replicas}
+				if o.Spec.Replicas != nil {
+					st.replicas = *o.Spec.Replicas
+				}
+				statuses = append(statuses, st)
 			}
 			cont = l.Continue
 		case kindService:
@@ -88,6 +119,7 @@ func (r *Reconciler) list(ctx context.Context, ns string, k kind) (map[string]li
 			}
 			for _, o := range l.Items {
 				meta, datas = append(meta, o.ObjectMeta), append(datas, nil)
+				selectors = append(selectors, o.Spec.Selector)
 			}
 			cont = l.Continue
 		case kindIngress:
@@ -103,13 +135,22 @@ func (r *Reconciler) list(ctx context.Context, ns string, k kind) (map[string]li
 			return nil, fmt.Errorf("listing %s: unknown kind", k)
 		}
 		for i, m := range meta {
-			out[m.Name] = liveObject{
-				name:    m.Name,
-				uid:     m.UID,
-				service: m.Labels[labelService],
-				hash:    m.Annotations[annotationSpecHash],
-				data:    datas[i],
+			o := liveObject{
+				name:       m.Name,
+				uid:        m.UID,
+				service:    m.Labels[labelService],
+				release:    m.Labels[labelRelease],
+				hash:       m.Annotations[annotationSpecHash],
+				switchedAt: m.Annotations[annotationSwitchedAt],
+				data:       datas[i],
 			}
+			if selectors != nil {
+				o.selector = selectors[i]
+			}
+			if statuses != nil {
+				o.status = statuses[i]
+			}
+			out[m.Name] = o
 		}
 		if cont == "" {
 			return out, nil
@@ -122,15 +163,26 @@ func (r *Reconciler) list(ctx context.Context, ns string, k kind) (map[string]li
 // manager, forcing ownership: the agent is the only writer of what it
 // manages, and a conflict with a hand edit should end in the document's
 // favour rather than in a stuck environment.
-func (r *Reconciler) applyObject(ctx context.Context, o desired) error {
+//
+// switchedAt, when not empty, is written as the switched-at annotation of a
+// Secret or Service. Every apply of an object that has one must carry it:
+// server-side apply removes the fields its manager applied before and now
+// leaves out.
+func (r *Reconciler) applyObject(ctx context.Context, o desired, switchedAt string) error {
 	opts := metav1.ApplyOptions{FieldManager: r.fieldManager, Force: true}
 	var err error
 	switch cfg := o.cfg.(type) {
 	case *corev1ac.SecretApplyConfiguration:
+		if switchedAt != "" {
+			cfg.WithAnnotations(map[string]string{annotationSwitchedAt: switchedAt})
+		}
 		_, err = r.client.CoreV1().Secrets(*cfg.Namespace).Apply(ctx, cfg, opts)
 	case *appsv1ac.DeploymentApplyConfiguration:
 		_, err = r.client.AppsV1().Deployments(*cfg.Namespace).Apply(ctx, cfg, opts)
 	case *corev1ac.ServiceApplyConfiguration:
+		if switchedAt != "" {
+			cfg.WithAnnotations(map[string]string{annotationSwitchedAt: switchedAt})
+		}
 		_, err = r.client.CoreV1().Services(*cfg.Namespace).Apply(ctx, cfg, opts)
 	case *networkingv1ac.IngressApplyConfiguration:
 		_, err = r.client.NetworkingV1().Ingresses(*cfg.Namespace).Apply(ctx, cfg, opts)

@@ -24,6 +24,7 @@ const (
 	labelRelease       = "nebulactrl.io/release"
 
 	annotationSpecHash        = "nebulactrl.io/spec-hash"
+	annotationSwitchedAt      = "nebulactrl.io/switched-at"
 	annotationAppliedRevision = "nebulactrl.io/applied-revision"
 	annotationAppliedHash     = "nebulactrl.io/applied-hash"
 )

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,13 +45,22 @@ type desired struct {
 	// data is a Secret's content: a Secret is immutable, so an existing one
 	// with other content is a conflict, never an update.
 	data map[string][]byte
+	// replicas is a Deployment's.
+	replicas int32
 }
 
 // servicePlan is everything the document asks for one service that is not
-// held.
+// held. Its objects come in two parts, because they are written at
+// different moments of a rollout: the release's own objects (its Secret and
+// one Deployment per process) at once, the traffic objects (the Service,
+// whose selector names the release, and the Ingresses) only once the
+// release is ready to serve.
 type servicePlan struct {
 	name    string // as in the document
 	label   string // the nebulactrl.io/service label value
+	release int
+	// objects holds the release's objects first (Secret, Deployments), then
+	// the traffic objects (Service, Ingresses): the apply order.
 	objects []desired
 }
 
@@ -63,6 +73,26 @@ func (p servicePlan) names(k kind) map[string]bool {
 		}
 	}
 	return set
+}
+
+// of returns the plan's objects of the given kinds, in apply order.
+func (p servicePlan) of(ks ...kind) []desired {
+	var out []desired
+	for _, o := range p.objects {
+		if slices.Contains(ks, o.kind) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// service returns the plan's Service, if a process listens.
+func (p servicePlan) service() (desired, bool) {
+	svcs := p.of(kindService)
+	if len(svcs) == 0 {
+		return desired{}, false
+	}
+	return svcs[0], true
 }
 
 // envLabels are the labels every object of the environment carries.
@@ -111,6 +141,7 @@ func planService(ns string, env desiredstate.Environment, s desiredstate.Service
 	if s.Release == nil {
 		return plan, errors.New("service has no release")
 	}
+	plan.release = s.Release.Number
 	rel := s.Release
 	svcLabels := with(envLabels(env), labelService, plan.label)
 	relLabels := with(svcLabels, labelRelease, strconv.Itoa(rel.Number))
@@ -138,6 +169,7 @@ func planService(ns string, env desiredstate.Environment, s desiredstate.Service
 		if err := add(&plan, kindDeployment, name, cfg, nil); err != nil {
 			return plan, err
 		}
+		plan.objects[len(plan.objects)-1].replicas = int32(p.Replicas)
 	}
 
 	web, ok := portProcess(s.Processes)
@@ -155,7 +187,10 @@ func planService(ns string, env desiredstate.Environment, s desiredstate.Service
 		WithLabels(svcLabels).
 		WithSpec(corev1ac.ServiceSpec().
 			WithType(corev1.ServiceTypeClusterIP).
-			WithSelector(map[string]string{labelService: plan.label, labelProcess: labelValue(web.Name)}).
+			// The release in the selector keeps traffic on one release: the
+			// one switched to once all its pods were ready.
+			WithSelector(map[string]string{labelService: plan.label, labelProcess: labelValue(web.Name),
+				labelRelease: strconv.Itoa(rel.Number)}).
 			WithPorts(corev1ac.ServicePort().
 				WithName("http").
 				WithProtocol(corev1.ProtocolTCP).

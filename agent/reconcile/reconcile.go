@@ -1,6 +1,7 @@
 // Package reconcile owns the agent's reconcile core: it converges one
 // environment's namespace on a desired-state document with server-side
-// apply, and prunes what the document no longer has.
+// apply, rolls each service's new release out in stages, and prunes what the
+// document no longer has.
 //
 // Every object it makes carries the managed-by label and a spec-hash
 // annotation, the SHA-256 of the apply configuration it was made from. A
@@ -10,6 +11,16 @@
 // it needs to know lives in the cluster, not in memory. The namespace's
 // applied-revision and applied-hash annotations are written last, so a new
 // leader never believes more is applied than is.
+//
+// A new release rolls out in stages (see Rollout): its Secret and
+// Deployments are applied next to the serving release's; the Service's
+// selector, which names a release, moves to it only once every pod of it is
+// ready; the old release is deleted a grace period after that switch. The
+// switch time is kept in the cluster (the switched-at annotation of the
+// Service, or of the release's Secret for a service without a port), so a
+// fresh Reconciler continues a rollout where the last one left it. A rollout
+// progresses only when Apply runs: the caller calls it again, with the same
+// revision, until the Result is Settled.
 //
 // A held service is never touched: neither applied nor pruned.
 package reconcile
@@ -23,7 +34,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -37,11 +50,20 @@ import (
 // new leader would fight the old one's fields.
 const DefaultFieldManager = "nebulactrl-agent"
 
+// DefaultRetireGrace is how long an old release keeps running after traffic
+// moved to the new one, when Config leaves RetireGrace zero: long enough for
+// the requests it is serving to finish.
+const DefaultRetireGrace = 15 * time.Second
+
 // Outcome states.
 const (
 	StateApplied = "applied"
 	StateHeld    = "held"
 	StateFailed  = "failed"
+	// StateRetrying is a service that met a transient error (see
+	// IsTransient): nothing is decided about it yet, and the revision is not
+	// recorded as applied until a later Apply gets through.
+	StateRetrying = "retrying"
 )
 
 // Config configures a Reconciler.
@@ -51,6 +73,11 @@ type Config struct {
 	// FieldManager owns the fields the agent applies; DefaultFieldManager
 	// when empty.
 	FieldManager string
+	// RetireGrace is how long an old release keeps running after the switch
+	// to the new one; DefaultRetireGrace when zero.
+	RetireGrace time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
 	// Logger receives what the reconcile did; discarded when nil.
 	Logger *slog.Logger
 }
@@ -65,6 +92,9 @@ func (c Config) Validate() error {
 		// The API server's limit for a field manager name.
 		errs = append(errs, fmt.Errorf("reconcile: Config.FieldManager %q is longer than 128 characters", c.FieldManager))
 	}
+	if c.RetireGrace < 0 {
+		errs = append(errs, fmt.Errorf("reconcile: Config.RetireGrace %v is negative", c.RetireGrace))
+	}
 	return errors.Join(errs...)
 }
 
@@ -74,6 +104,8 @@ func (c Config) Validate() error {
 type Reconciler struct {
 	client       kubernetes.Interface
 	fieldManager string
+	grace        time.Duration
+	now          func() time.Time
 	log          *slog.Logger
 	// mu serialises Apply: two overlapping reconciles of one environment
 	// could prune what the other just applied.
@@ -85,9 +117,15 @@ func New(cfg Config) (*Reconciler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Reconciler{client: cfg.Client, fieldManager: cfg.FieldManager, log: cfg.Logger}
+	r := &Reconciler{client: cfg.Client, fieldManager: cfg.FieldManager, grace: cfg.RetireGrace, now: cfg.Now, log: cfg.Logger}
 	if r.fieldManager == "" {
 		r.fieldManager = DefaultFieldManager
+	}
+	if r.grace == 0 {
+		r.grace = DefaultRetireGrace
+	}
+	if r.now == nil {
+		r.now = time.Now
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -98,10 +136,12 @@ func New(cfg Config) (*Reconciler, error) {
 // Outcome is what became of one service of the document.
 type Outcome struct {
 	Service string
-	// State is StateApplied, StateHeld or StateFailed.
+	// State is StateApplied, StateHeld, StateFailed or StateRetrying.
+	// Applied means the release's objects are applied: its rollout (see
+	// Rollout) may still be under way.
 	State string
-	// Reason is the held reason, or why the service failed (for a
-	// Kubernetes error, its message, such as a Forbidden); empty when
+	// Reason is the held reason, or why the service failed or is retried
+	// (for a Kubernetes error, its message, such as a Forbidden); empty when
 	// applied.
 	Reason string
 }
@@ -111,24 +151,61 @@ type Result struct {
 	// Environment is the document's environment id.
 	Environment string
 	Revision    int
-	// Ignored is set when the revision is not newer than the one applied:
-	// nothing was read beyond the namespace and nothing was written.
+	// Ignored is set when the revision is older than the one applied, or is
+	// the applied one with another document hash: nothing was read beyond
+	// the namespace and nothing was written.
 	Ignored bool
-	// Services has one outcome per service of the document, sorted by name.
+	// Recorded is set when this call recorded Revision as applied on the
+	// namespace: it was newer than the applied one and no service met a
+	// transient error.
+	Recorded bool
+	// Services has one outcome per service of the document, sorted by name;
+	// empty when Ignored.
 	Services []Outcome
+	// Rollouts has the rollout of every service that is neither held nor
+	// failed before its release's objects were applied, sorted by service.
+	Rollouts []Rollout
+	// Settled is set when there is nothing left to do for this revision:
+	// every rollout succeeded (or its service failed for good) and nothing
+	// needs retrying. Until then the caller calls Apply again with the same
+	// revision, which continues the rollouts.
+	Settled bool
+	// pruneRetry is set when pruning a removed service met a transient
+	// error.
+	pruneRetry bool
+}
+
+// Retry reports whether something met a transient error: the caller should
+// call Apply again after a backoff.
+func (r Result) Retry() bool {
+	if r.pruneRetry {
+		return true
+	}
+	for _, o := range r.Services {
+		if o.State == StateRetrying {
+			return true
+		}
+	}
+	return false
 }
 
 // Apply converges doc.Environment.Namespace on doc, as revision revision
 // whose document hash is hash.
 //
-// A revision not newer than the namespace's applied revision is ignored.
-// Otherwise every service that is not held is applied and its stale objects
-// pruned, objects of services the document no longer has are pruned, and the
+// A revision older than the namespace's applied revision is ignored, as is
+// the applied revision with another hash. The applied revision with its own
+// hash continues the rollouts it started (the progress passes). A newer
+// revision is applied: every service that is not held has its release's
+// objects applied and its rollout moved as far as the cluster allows,
+// objects of services the document no longer has are pruned, and the
 // namespace is annotated with revision and hash, even when some services
-// failed: their outcomes say so, and the next revision retries them. The
-// error is for what stops the whole environment: an invalid document, or a
-// namespace that cannot be read or applied. Failures to prune objects of
-// removed services are logged; they are retried with the next revision.
+// failed for good: their outcomes say so, and the next revision retries
+// them. When a service met a transient error the revision is not recorded:
+// the caller retries it.
+//
+// The error is for what stops the whole environment: an invalid document,
+// or a namespace that cannot be read or applied (IsTransient tells whether
+// retrying may help).
 func (r *Reconciler) Apply(ctx context.Context, revision int, hash string, doc desiredstate.Document) (Result, error) {
 	env := doc.Environment
 	ns := env.Namespace
@@ -150,7 +227,7 @@ func (r *Reconciler) Apply(ctx context.Context, revision int, hash string, doc d
 	if err != nil {
 		return res, err
 	}
-	applied, _, err := appliedAnnotations(live)
+	applied, appliedHash, err := appliedAnnotations(live)
 	if err != nil {
 		// Only a hand edit makes the annotation unreadable. Applying is
 		// always safe (the document is the whole state), so go on rather
@@ -158,11 +235,12 @@ func (r *Reconciler) Apply(ctx context.Context, revision int, hash string, doc d
 		r.log.WarnContext(ctx, "reconcile: ignoring an unreadable applied revision", "namespace", ns, "err", err)
 		applied = 0
 	}
-	if revision <= applied {
+	if revision < applied || revision == applied && hash != appliedHash {
 		res.Ignored = true
 		r.log.DebugContext(ctx, "reconcile: revision ignored", "namespace", ns, "revision", revision, "applied", applied)
 		return res, nil
 	}
+	progress := revision == applied
 	if live != nil && live.DeletionTimestamp != nil {
 		return res, fmt.Errorf("reconcile: namespace %s is being deleted", ns)
 	}
@@ -172,23 +250,33 @@ func (r *Reconciler) Apply(ctx context.Context, revision int, hash string, doc d
 		return res, err
 	}
 
-	st := r.readLive(ctx, ns)
-	res.Services = r.reconcileServices(ctx, ns, doc, st, w)
-	r.pruneRemoved(ctx, ns, doc, st, w)
+	p := &pass{ns: ns, env: env, st: r.readLive(ctx, ns), owner: map[kind]map[string]string{}, w: w, now: r.now().UTC()}
+	res.Services, res.Rollouts = r.reconcileServices(ctx, p, doc)
+	res.pruneRetry = r.pruneRemoved(ctx, p, doc)
 
 	// A cancelled reconcile has outcomes that mean nothing; recording the
 	// revision would make the next leader skip a half-applied document.
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("reconcile: revision %d of %s: %w", revision, ns, err)
 	}
-	// revision > applied here, so the record always moves: the only
-	// unchanged record is the ignored case above.
-	if err := r.applyNamespace(ctx, env, strconv.Itoa(revision), hash); err != nil {
-		return res, err
+	res.Settled = !res.Retry()
+	for _, ro := range res.Rollouts {
+		if ro.Stage != StageSucceeded && !ro.failed {
+			res.Settled = false
+		}
 	}
-	w.applied++
-	r.log.InfoContext(ctx, "reconcile: revision applied", "namespace", ns, "revision", revision,
-		"applies", w.applied, "deletes", w.deleted, "failed", countFailed(res.Services))
+	if !progress && !res.Retry() {
+		if err := r.applyNamespace(ctx, env, strconv.Itoa(revision), hash); err != nil {
+			return res, err
+		}
+		w.applied++
+		res.Recorded = true
+	}
+	if w.applied+w.deleted > 0 || res.Recorded {
+		r.log.InfoContext(ctx, "reconcile: pass", "namespace", ns, "revision", revision, "recorded", res.Recorded,
+			"settled", res.Settled, "applies", w.applied, "deletes", w.deleted, "failed", countState(res.Services, StateFailed),
+			"retrying", countState(res.Services, StateRetrying))
+	}
 	return res, nil
 }
 
@@ -207,124 +295,87 @@ func (r *Reconciler) AppliedRevision(ctx context.Context, namespace string) (int
 // what a reconcile cost.
 type writes struct{ applied, deleted int }
 
-// reconcileServices applies every service of the document that is not held,
-// in name order, and returns their outcomes.
-func (r *Reconciler) reconcileServices(ctx context.Context, ns string, doc desiredstate.Document, st liveState, w *writes) []Outcome {
+// pass is one Apply's view of the namespace and what it did so far.
+type pass struct {
+	ns  string
+	env desiredstate.Environment
+	st  liveState
+	// owner maps each planned object name to its service: two services
+	// whose object names coincide (service "a" with process "b-c" and
+	// service "a-b" with process "c") would overwrite each other on every
+	// reconcile; the second one fails instead.
+	owner map[kind]map[string]string
+	w     *writes
+	now   time.Time
+	// events are the namespace's Warning events about pods, read at most
+	// once a pass, when a rollout waits for pods that are not ready.
+	events     []corev1.Event
+	eventsRead bool
+}
+
+// reconcileServices reconciles every service of the document that is not
+// held, in name order, and returns their outcomes and rollouts.
+func (r *Reconciler) reconcileServices(ctx context.Context, p *pass, doc desiredstate.Document) ([]Outcome, []Rollout) {
 	services := slices.Clone(doc.Services)
 	slices.SortFunc(services, func(a, b desiredstate.Service) int { return strings.Compare(a.Name, b.Name) })
 
-	// Two services whose object names coincide (service "a" with process
-	// "b-c" and service "a-b" with process "c") would overwrite each
-	// other on every reconcile; the second one fails instead.
-	owner := map[kind]map[string]string{}
 	out := make([]Outcome, 0, len(services))
+	var rollouts []Rollout
 	for _, s := range services {
 		if s.Held {
 			out = append(out, Outcome{Service: s.Name, State: StateHeld, Reason: s.HeldReason})
 			continue
 		}
-		err := r.reconcileService(ctx, ns, doc.Environment, s, st, owner, w)
-		if err != nil {
-			r.log.WarnContext(ctx, "reconcile: service failed", "namespace", ns, "service", s.Name, "err", err)
+		ro, err := r.reconcileService(ctx, p, s)
+		switch {
+		case err != nil && IsTransient(err):
+			r.log.WarnContext(ctx, "reconcile: service meets a transient error, retried", "namespace", p.ns, "service", s.Name, "err", err)
+			out = append(out, Outcome{Service: s.Name, State: StateRetrying, Reason: reason(err)})
+		case err != nil:
+			r.log.WarnContext(ctx, "reconcile: service failed", "namespace", p.ns, "service", s.Name, "err", err)
 			out = append(out, Outcome{Service: s.Name, State: StateFailed, Reason: reason(err)})
-			continue
+			if ro != nil {
+				ro.failed = true
+				ro.Detail = detailText(reason(err))
+			}
+		default:
+			out = append(out, Outcome{Service: s.Name, State: StateApplied})
 		}
-		out = append(out, Outcome{Service: s.Name, State: StateApplied})
+		if ro != nil {
+			rollouts = append(rollouts, *ro)
+		}
 	}
-	return out
+	return out, rollouts
 }
 
-// reconcileService applies one service's objects, then prunes those of its
-// objects the document no longer has (old releases, removed domains). It
-// prunes only after everything applied: a service that failed keeps running
-// what it ran.
-func (r *Reconciler) reconcileService(ctx context.Context, ns string, env desiredstate.Environment, s desiredstate.Service,
-	st liveState, owner map[kind]map[string]string, w *writes) error {
-	plan, err := planService(ns, env, s)
-	if err != nil {
-		return err
-	}
-	for _, o := range plan.objects {
-		if other, ok := owner[o.kind][o.name]; ok {
-			return fmt.Errorf("%s %s is also the name of an object of service %s", o.kind, o.name, other)
-		}
-		if owner[o.kind] == nil {
-			owner[o.kind] = map[string]string{}
-		}
-		owner[o.kind][o.name] = s.Name
-	}
-
-	// A kind that could not be listed fails the service before anything
-	// of it is written, rather than half-way through.
-	for _, o := range plan.objects {
-		if err := st.errs[o.kind]; err != nil {
-			return err
-		}
-	}
-	for _, o := range plan.objects {
-		cur, exists := st.objects[o.kind][o.name]
-		if exists && cur.service != plan.label {
-			return fmt.Errorf("%s %s already exists and belongs to service %q", o.kind, o.name, cur.service)
-		}
-		if exists && cur.hash == o.hash {
-			continue
-		}
-		if o.kind == kindSecret && exists && !sameData(cur.data, o.data) {
-			// The Secret is immutable and its name carries the release
-			// number: other content under the same name means two
-			// different releases claim one number.
-			return fmt.Errorf("Secret %s already exists with other content; a changed variable needs a new release number", o.name)
-		}
-		if err := r.applyObject(ctx, o); err != nil {
-			return err
-		}
-		w.applied++
-	}
-
-	for _, k := range slices.Backward(kinds) {
-		if st.errs[k] != nil {
-			// Not listed, so nothing is known to be stale; the apply
-			// above already failed if the service needed this kind.
-			continue
-		}
-		want := plan.names(k)
-		for _, cur := range sortedObjects(st.objects[k]) {
-			if cur.service != plan.label || want[cur.name] {
-				continue
-			}
-			if err := r.deleteObject(ctx, ns, k, cur); err != nil {
-				return err
-			}
-			w.deleted++
-		}
-	}
-	return nil
-}
-
-// pruneRemoved deletes the objects of services the document no longer has.
-// Objects without a service label are not the agent's to judge and are left
-// alone, as is everything of a held service (it is in the document).
-func (r *Reconciler) pruneRemoved(ctx context.Context, ns string, doc desiredstate.Document, st liveState, w *writes) {
+// pruneRemoved deletes the objects of services the document no longer has,
+// and reports whether it met a transient error. Objects without a service label are
+// not the agent's to judge and are left alone, as is everything of a held
+// service (it is in the document).
+func (r *Reconciler) pruneRemoved(ctx context.Context, p *pass, doc desiredstate.Document) (retry bool) {
 	known := map[string]bool{}
 	for _, s := range doc.Services {
 		known[labelValue(s.Name)] = true
 	}
 	for _, k := range slices.Backward(kinds) {
-		if err := st.errs[k]; err != nil {
-			r.log.WarnContext(ctx, "reconcile: cannot prune removed services' objects", "namespace", ns, "kind", k, "err", err)
+		if err := p.st.errs[k]; err != nil {
+			r.log.WarnContext(ctx, "reconcile: cannot prune removed services' objects", "namespace", p.ns, "kind", k, "err", err)
+			retry = retry || IsTransient(err)
 			continue
 		}
-		for _, cur := range sortedObjects(st.objects[k]) {
+		for _, cur := range sortedObjects(p.st.objects[k]) {
 			if cur.service == "" || known[cur.service] {
 				continue
 			}
-			if err := r.deleteObject(ctx, ns, k, cur); err != nil {
-				r.log.WarnContext(ctx, "reconcile: pruning a removed service", "namespace", ns, "service", cur.service, "err", err)
+			if err := r.deleteObject(ctx, p.ns, k, cur); err != nil {
+				r.log.WarnContext(ctx, "reconcile: pruning a removed service", "namespace", p.ns, "service", cur.service, "err", err)
+				retry = retry || IsTransient(err)
 				continue
 			}
-			w.deleted++
+			p.w.deleted++
 		}
 	}
+	return retry
 }
 
 // sortedObjects returns m's objects by name, so deletes happen in the same
@@ -348,10 +399,10 @@ func reason(err error) string {
 	return err.Error()
 }
 
-func countFailed(out []Outcome) int {
+func countState(out []Outcome, state string) int {
 	n := 0
 	for _, o := range out {
-		if o.State == StateFailed {
+		if o.State == state {
 			n++
 		}
 	}

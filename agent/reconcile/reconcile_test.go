@@ -12,27 +12,37 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 )
 
-// The first apply creates every object with the labels; a new Reconciler
-// (a new leader) given the same revision writes nothing, and one given a
-// newer revision of the same document writes only the applied-revision
-// annotation: every object is recognised by its spec hash.
+// The first apply creates the namespace, every release's Secret and
+// Deployments; the progress passes that follow add the Services and
+// Ingresses once the pods are ready, and record the switch of the service
+// without a port on its Secret. Settled, a new Reconciler (a new leader)
+// given the same revision writes nothing, and one given a newer revision of
+// the same document writes only the applied-revision annotation: every
+// object is recognised by its spec hash.
 func TestApplyCreatesTheEnvironmentAndAnUnchangedOneCostsNoWrite(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	a := b.newAgent(t, "agent", fullRules())
 	doc := document(b.ns)
+	ns := b.ns
 
 	since := time.Now()
 	res := a.apply(t, 1, doc)
 	require.False(t, res.Ignored)
+	require.True(t, res.Recorded)
+	require.False(t, res.Settled, "the pods are not ready yet")
 	require.Equal(t, "5c2d-env", res.Environment)
 	require.Equal(t, 1, res.Revision)
 	require.Equal(t, map[string]string{"api": "applied", "cron": "applied", "web": "applied"}, outcomes(res))
+	for _, ro := range res.Rollouts {
+		require.Equal(t, reconcile.StageProbing, ro.Stage, "%s: its Deployments were just applied", ro.Service)
+	}
 	first := a.writes(t, since)
 	t.Logf("first apply: %d write calls: %v", len(first), first)
-	ns := b.ns
 	require.Equal(t, lines(fmt.Sprintf(`
 		patch namespaces %[1]s
 		patch namespaces %[1]s
@@ -42,18 +52,29 @@ func TestApplyCreatesTheEnvironmentAndAnUnchangedOneCostsNoWrite(t *testing.T) {
 		patch deployments api-web-r1
 		patch deployments api-worker-r1
 		patch deployments cron-worker-r4
-		patch deployments web-web-r7
+		patch deployments web-web-r7`, ns)), first,
+		"one apply of the namespace's labels, one of its applied revision, one per release object; no Service before the switch")
+
+	since = time.Now()
+	res, seen := a.converge(t, 1, doc, 60*time.Second)
+	require.Equal(t, map[string]string{"api": "applied", "cron": "applied", "web": "applied"}, outcomes(res))
+	for _, ro := range res.Rollouts {
+		require.Equal(t, reconcile.StageSucceeded, ro.Stage, ro.Service)
+		require.Equal(t, ro.Desired, ro.Ready, ro.Service)
+		require.Empty(t, ro.Retiring)
+	}
+	require.Equal(t, "dep-api-1", rollout(t, res, "api").DeploymentID)
+	require.Equal(t, 3, rollout(t, res, "api").Desired, "two web pods and a worker")
+	t.Logf("stages seen pass after pass: %v", seen)
+	require.Equal(t, lines(`
 		patch services api
 		patch services web
 		patch ingresses api-api-example-com
 		patch ingresses api-www-example-com
-		patch ingresses web-shop-example-com`, ns)), first,
-		"one apply of the namespace's labels, one of its applied revision, one per object")
-
+		patch ingresses web-shop-example-com
+		patch secrets cron-r4`), a.writes(t, since),
+		"the switches: a Service per listening service with its Ingresses, the switch time on the Secret of the one without port")
 	assertObjects(t, b)
-	for _, d := range []string{"api-web-r1", "api-worker-r1", "cron-worker-r4", "web-web-r7"} {
-		waitReady(t, b, d)
-	}
 
 	rev, hash, err := a.reconciler(t).AppliedRevision(t.Context(), ns)
 	require.NoError(t, err)
@@ -62,11 +83,19 @@ func TestApplyCreatesTheEnvironmentAndAnUnchangedOneCostsNoWrite(t *testing.T) {
 	require.Equal(t, 1, rev)
 	require.Equal(t, wantHash, hash)
 
-	// A new leader receives the revision again on connecting.
+	// A new leader receives the revision again on connecting: a progress
+	// pass, which finds nothing to do.
+	settled(t, b)
 	since = time.Now()
 	res = a.apply(t, 1, doc)
-	require.True(t, res.Ignored)
-	require.Empty(t, a.writes(t, since), "a new Reconciler applying the applied revision makes no write")
+	require.False(t, res.Ignored)
+	require.False(t, res.Recorded)
+	require.True(t, res.Settled)
+	for _, ro := range res.Rollouts {
+		require.Equal(t, reconcile.StageSucceeded, ro.Stage)
+		require.False(t, ro.Changed)
+	}
+	require.Empty(t, a.writes(t, since), "a new Reconciler passing over the applied revision makes no write")
 	t.Logf("second apply (same revision, new Reconciler): 0 write calls")
 
 	// The same content under a newer revision: every object is read, found
@@ -75,6 +104,7 @@ func TestApplyCreatesTheEnvironmentAndAnUnchangedOneCostsNoWrite(t *testing.T) {
 	since = time.Now()
 	res = a.apply(t, 2, doc)
 	require.False(t, res.Ignored)
+	require.True(t, res.Settled)
 	require.Equal(t, map[string]string{"api": "applied", "cron": "applied", "web": "applied"}, outcomes(res))
 	require.Equal(t, []string{"patch namespaces " + ns}, a.writes(t, since),
 		"an unchanged document under a new revision writes only the applied-revision annotation")
@@ -157,7 +187,12 @@ func assertObjects(t *testing.T, b *bundle) {
 	svc, err := b.admin.CoreV1().Services(b.ns).Get(ctx, "api", metav1.GetOptions{})
 	require.NoError(t, err)
 	hasLabels("service", svc.Labels, "nebulactrl.io/service", "api")
-	require.Equal(t, map[string]string{"nebulactrl.io/service": "api", "nebulactrl.io/process": "web"}, svc.Spec.Selector)
+	require.Equal(t, map[string]string{"nebulactrl.io/service": "api", "nebulactrl.io/process": "web", "nebulactrl.io/release": "1"}, svc.Spec.Selector,
+		"traffic goes to one release")
+	require.NotEmpty(t, svc.Annotations["nebulactrl.io/switched-at"])
+	cronSecret, err := b.admin.CoreV1().Secrets(b.ns).Get(ctx, "cron-r4", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, cronSecret.Annotations["nebulactrl.io/switched-at"], "the switch of a service without port is on its release's Secret")
 	require.Equal(t, int32(8080), svc.Spec.Ports[0].Port)
 	require.Equal(t, 8080, svc.Spec.Ports[0].TargetPort.IntValue())
 	_, err = b.admin.CoreV1().Services(b.ns).Get(ctx, "cron", metav1.GetOptions{})

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nebulactrl/nebulactrl/agent"
+	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -69,6 +70,8 @@ Example (in a cluster, as the install manifest runs it):
 			&cli.DurationFlag{Name: "lease-duration", Value: 15 * time.Second, Usage: "leader election lease duration"},
 			&cli.DurationFlag{Name: "renew-deadline", Value: 10 * time.Second, Usage: "leader election renew deadline"},
 			&cli.DurationFlag{Name: "retry-period", Value: 2 * time.Second, Usage: "leader election retry period"},
+			&cli.DurationFlag{Name: "retire-grace", Value: reconcile.DefaultRetireGrace, EnvVars: []string{"NEBULACTRL_RETIRE_GRACE"},
+				Usage: "how long an old release keeps running after traffic moved to the new one, so its requests can finish"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"NEBULACTRL_LOG_LEVEL"}},
 		},
 		Action: func(c *cli.Context) error { return serve(c) },
@@ -108,6 +111,9 @@ func seed(dest string) error {
 func serve(c *cli.Context) error {
 	if c.String("url") == "" {
 		return errors.New("--url (or NEBULACTRL_URL) is required: the control plane's public URL")
+	}
+	if g := c.Duration("retire-grace"); g <= 0 {
+		return fmt.Errorf("--retire-grace %v: must be positive", g)
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.String("log-level")))
@@ -179,7 +185,8 @@ func serve(c *cli.Context) error {
 		Version:  version,
 		Identity: name, LeaseNamespace: c.String("namespace"), LeaseName: c.String("lease-name"),
 		LeaseDuration: c.Duration("lease-duration"), RenewDeadline: c.Duration("renew-deadline"), RetryPeriod: c.Duration("retry-period"),
-		Logger: log,
+		RetireGrace: c.Duration("retire-grace"),
+		Logger:      log,
 	})
 	if err != nil {
 		return err
