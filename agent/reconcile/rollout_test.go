@@ -291,7 +291,9 @@ func TestTransientErrorsAreRetriedAndTheRevisionRecordedOnlyOnceThrough(t *testi
 	}
 
 	// The environment's namespace cannot be read.
-	f, opt := wrap(func(r *http.Request) bool { return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/namespaces/"+b.ns) }, 1)
+	f, opt := wrap(func(r *http.Request) bool {
+		return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/namespaces/"+b.ns)
+	}, 1)
 	hash, err := doc.Hash()
 	require.NoError(t, err)
 	_, err = a.reconciler(t, opt).Apply(t.Context(), 1, hash, doc)
@@ -300,7 +302,9 @@ func TestTransientErrorsAreRetriedAndTheRevisionRecordedOnlyOnceThrough(t *testi
 	require.EqualValues(t, 1, f.seen.Load())
 
 	// Two Deployment applies fail: the first two services in name order.
-	f, opt = wrap(func(r *http.Request) bool { return r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/deployments/") }, 2)
+	f, opt = wrap(func(r *http.Request) bool {
+		return r.Method == http.MethodPatch && strings.Contains(r.URL.Path, "/deployments/")
+	}, 2)
 	r := a.reconciler(t, opt)
 	res := applyWith(t, r, 1, doc)
 	require.EqualValues(t, 2, f.seen.Load())
