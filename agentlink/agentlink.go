@@ -267,7 +267,8 @@ func (l *Link) Fetch(ctx context.Context, envID string, revision int) (transport
 
 func (l *Link) record(ctx context.Context, p transport.Peer, cmd domain.RecordConnection) {
 	actor := domain.Actor{Kind: domain.ActorAgent, ID: p.ServerID, Name: p.Name}
-	if _, err := l.cfg.Commands.Cluster(ctx, command.Context{Actor: actor}, p.OrgID, p.ClusterID, cmd); err != nil {
+	cmd.ClusterID, cmd.ServerID = p.ClusterID, p.ServerID
+	if _, err := l.cfg.Commands.Server(ctx, command.Context{Actor: actor}, p.OrgID, p.ServerID, cmd); err != nil {
 		l.cfg.Logger.Warn("recording an agent connection", "server", p.Name, "err", err)
 	}
 }
@@ -284,7 +285,7 @@ func (l *Link) OnHello(ctx context.Context, p transport.Peer, h transport.Hello)
 		p.ServerID, p.OrgID, p.ClusterID, l.cfg.Replica, truncate(h.Version, 64), truncate(h.Arch, 16), facts, h.Facts.Leader, now); err != nil {
 		l.cfg.Logger.Warn("recording an agent's hello", "server", p.Name, "err", err)
 	}
-	l.record(ctx, p, domain.RecordConnection{ServerID: p.ServerID, Connected: true, Version: truncate(h.Version, 64), Arch: truncate(h.Arch, 16)})
+	l.record(ctx, p, domain.RecordConnection{Connected: true, Version: truncateUTF8(h.Version, 64), Arch: truncateUTF8(h.Arch, 16)})
 }
 
 // OnHeartbeat keeps the server's last-seen time: telemetry, not an event.
@@ -362,7 +363,7 @@ func (l *Link) OnDisconnect(ctx context.Context, p transport.Peer, reason string
 	if _, err := l.cfg.Pool.Exec(ctx, `UPDATE server_status SET connected = false WHERE server_id = $1 AND replica = $2`, p.ServerID, l.cfg.Replica); err != nil {
 		l.cfg.Logger.Warn("recording a disconnect", "server", p.Name, "err", err)
 	}
-	l.record(ctx, p, domain.RecordConnection{ServerID: p.ServerID, Connected: false, Reason: truncate(reason, 200)})
+	l.record(ctx, p, domain.RecordConnection{Connected: false, Reason: truncateUTF8(reason, 200)})
 }
 
 // Revoked returns which of the servers have had their credential revoked, so

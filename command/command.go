@@ -250,3 +250,9 @@ func (h *Handler) Deployment(ctx context.Context, c Context, orgID, deploymentID
 			return s.Decide(deploymentID, cmd, m)
 		})
 }
+
+// Server records a server's connections on its own stream.
+func (h *Handler) Server(ctx context.Context, c Context, orgID, serverID string, cmd domain.ServerCommand) (Result, error) {
+	return run(ctx, h, c, domain.ServerStream(serverID), orgID, domain.NewServerLink,
+		func(s *domain.ServerLink, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
+}

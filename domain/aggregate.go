@@ -16,6 +16,7 @@ func ClusterStream(id string) string     { return "cluster-" + id }
 func ProjectStream(id string) string     { return "project-" + id }
 func RevisionStream(envID string) string { return "revisions-" + envID }
 func DeploymentStream(id string) string  { return "deployment-" + id }
+func ServerStream(id string) string      { return "server-" + id }
 
 // StreamID splits a stream name into its kind and id ("project", "<uuid>").
 func StreamID(stream string) (kind, id string) {

@@ -89,15 +89,6 @@ type RegisterServer struct {
 // RevokeServer ends a server's credential.
 type RevokeServer struct{ ServerID string }
 
-// RecordConnection records an agent connecting (Connected) or its
-// connection ending.
-type RecordConnection struct {
-	ServerID  string
-	Connected bool
-	Version   string
-	Arch      string
-	Reason    string
-}
 
 func (c *Cluster) issue(t IssueJoinToken, m Meta) (Event, error) {
 	if err := ValidateID("join token", t.TokenID); err != nil {
@@ -185,18 +176,6 @@ func (c *Cluster) Decide(cmd ClusterCommand, m Meta) (Decision, error) {
 			}
 		}
 		return decided(ServerRegistered{ClusterID: c.ID, ServerID: cc.ServerID, Name: cc.Name, CredentialHash: cc.CredentialHash, JoinTokenID: cc.JoinTokenID}), nil
-	case RecordConnection:
-		s, ok := c.Servers[cc.ServerID]
-		if !ok {
-			return Decision{}, notFoundf("server")
-		}
-		if cc.Connected {
-			if s.Revoked {
-				return Decision{}, ErrForbidden
-			}
-			return decided(ServerConnected{ClusterID: c.ID, ServerID: s.ID, Version: cc.Version, Arch: cc.Arch}), nil
-		}
-		return decided(ServerDisconnected{ClusterID: c.ID, ServerID: s.ID, Reason: cc.Reason}), nil
 	case RevokeServer:
 		s, ok := c.Servers[cc.ServerID]
 		if !ok {
@@ -219,4 +198,3 @@ func (IssueJoinToken) clusterCommand()   {}
 func (RevokeJoinToken) clusterCommand()  {}
 func (RegisterServer) clusterCommand()   {}
 func (RevokeServer) clusterCommand()     {}
-func (RecordConnection) clusterCommand() {}
