@@ -38,6 +38,8 @@ func TestDependencyDirection(t *testing.T) {
 			"github.com/lib/pq", "github.com/pkg/errors", "github.com/oklog/ulid", "github.com/lithammer/shortuuid", "github.com/sony/gobreaker",
 			"github.com/cenkalti/backoff", "golang.org/x/"}},
 		{pkg: "projections", allowed: []string{""}, denied: []string{module + "command", module + "cmd/", module + "api"}},
+		// Reactions issue commands; they never write projections or answer HTTP.
+		{pkg: "reactions", allowed: []string{""}, denied: []string{module + "projections", module + "api", module + "query", module + "cmd/", module + "transport", module + "agentlink"}},
 		{pkg: "transport", allowed: []string{module + "desiredstate", "github.com/gorilla/websocket", "golang.org/x/net/"}},
 		// The agent never reaches the control plane's store: only the link.
 		{pkg: "agent", allowed: []string{""}, denied: []string{module + "eventstore", module + "projections", module + "command", module + "api", module + "query", module + "database", module + "seal"}},
