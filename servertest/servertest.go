@@ -46,6 +46,8 @@ type Options struct {
 	// Listen is the address (default 127.0.0.1:0); a restarted control plane
 	// takes the address it had, so its agents find it again.
 	Listen string
+	// ApprovalTTL and StallTimeout override the defaults (72 h, 10 min).
+	ApprovalTTL, StallTimeout time.Duration
 }
 
 // Start starts a control plane for t.
@@ -67,6 +69,7 @@ func Start(t testing.TB, opts Options) *Server {
 	cfg := config.Config{
 		DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey, Listen: opts.Listen, LogLevel: "warn",
 		PublicURL: "http://127.0.0.1", InsecureRegistries: opts.Insecure,
+		ApprovalTTL: opts.ApprovalTTL, StallTimeout: opts.StallTimeout,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
