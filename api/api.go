@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -80,6 +81,9 @@ type API struct {
 	mux     *http.ServeMux
 	metrics *metrics
 	doc     openapiDoc
+	// closing is closed by CloseStreams.
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns the API.
@@ -112,7 +116,7 @@ func New(cfg Config) (*API, error) {
 	if cfg.ConsistencyTimeout == 0 {
 		cfg.ConsistencyTimeout = 10 * time.Second
 	}
-	a := &API{cfg: cfg, pool: cfg.Pool, cmd: cfg.Commands, logger: cfg.Logger, mux: http.NewServeMux()}
+	a := &API{cfg: cfg, pool: cfg.Pool, cmd: cfg.Commands, logger: cfg.Logger, mux: http.NewServeMux(), closing: make(chan struct{})}
 	a.metrics = newMetrics(cfg.Registry)
 	a.routes = a.routeTable()
 	for _, rt := range a.routes {

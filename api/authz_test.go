@@ -116,7 +116,8 @@ func newFixture(t *testing.T) *fixture {
 // thing a DELETE would delete does not, so the matrix changes nothing.
 func concrete(rt api.RouteInfo) string {
 	values := map[string]string{"org": "acme", "project": "shop", "env": "staging", "service": "api", "cluster": "eu-1",
-		"user": uuid.NewString(), "token": uuid.NewString(), "server": uuid.NewString(), "name": "NOPE", "host": "nope.example.com", "changeset": uuid.NewString()}
+		"user": uuid.NewString(), "token": uuid.NewString(), "server": uuid.NewString(), "name": "NOPE", "host": "nope.example.com", "changeset": uuid.NewString(),
+		"deployment": uuid.NewString()}
 	path := rt.Path
 	if rt.Method == "DELETE" {
 		for _, last := range []string{"{project}", "{env}", "{service}", "{cluster}"} {

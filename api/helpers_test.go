@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -18,11 +19,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/pgtest"
 	"github.com/nebulactrl/nebulactrl/servertest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// The body of a stream is checked event by event (validateEvents); to
+	// the response validator it is a string.
+	openapi3filter.RegisterBodyDecoder(api.StreamMediaType, func(r io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+		b, err := io.ReadAll(r)
+		return string(b), err
+	})
+	pgtest.Main(m)
+}
 
 // client calls a control plane and checks every response against the
 // OpenAPI document the server itself serves.
@@ -87,7 +97,9 @@ func (c *client) do(method, path, token string, body any, headers ...string) res
 		}
 		rd = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequest(method, c.base+path, rd)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	require.NoError(c.t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -101,8 +113,14 @@ func (c *client) do(method, path, token string, body any, headers ...string) res
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(c.t, err)
 	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	require.NoError(c.t, err)
+	var out []byte
+	if isStream(resp) {
+		// A stream may not end: read what comes within a moment.
+		out = readFor(resp.Body, cancel, 300*time.Millisecond)
+	} else {
+		out, err = io.ReadAll(resp.Body)
+		require.NoError(c.t, err)
+	}
 	c.validate(req, raw, resp, out)
 	return response{status: resp.StatusCode, body: out, header: resp.Header}
 }
@@ -124,6 +142,109 @@ func (c *client) validate(req *http.Request, reqBody []byte, resp *http.Response
 		Options: &openapi3filter.Options{IncludeResponseStatus: true},
 	})
 	require.NoError(c.t, err, "%s %s answered %d %s, which the OpenAPI document does not allow", req.Method, req.URL.Path, resp.StatusCode, body)
+	if isStream(resp) {
+		c.validateEvents(route.Operation, body)
+	}
+}
+
+func isStream(resp *http.Response) bool {
+	return strings.HasPrefix(resp.Header.Get("Content-Type"), api.StreamMediaType)
+}
+
+// readFor reads a body for at most d, then cancels the request.
+func readFor(body io.Reader, cancel func(), d time.Duration) []byte {
+	var buf lockedBytes
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(&buf, body)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		cancel()
+		<-done
+	}
+	return buf.bytes()
+}
+
+type lockedBytes struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBytes) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBytes) bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]byte(nil), l.b.Bytes()...)
+}
+
+// sseEvent is one server-sent event as a client parses it.
+type sseEvent struct {
+	id, name string
+	data     []byte
+}
+
+// parseEvents parses a text/event-stream body (complete events only).
+func parseEvents(body []byte) []sseEvent {
+	var out []sseEvent
+	var cur sseEvent
+	var data [][]byte
+	for _, line := range strings.SplitAfter(string(body), "\n") {
+		if !strings.HasSuffix(line, "\n") {
+			break // incomplete
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			if data != nil {
+				cur.data = bytes.Join(data, []byte("\n"))
+				out = append(out, cur)
+			}
+			cur, data = sseEvent{}, nil
+		case strings.HasPrefix(line, ":"):
+		default:
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "id":
+				cur.id = value
+			case "event":
+				cur.name = value
+			case "data":
+				data = append(data, []byte(value))
+			}
+		}
+	}
+	return out
+}
+
+// validateEvents checks every event of a stream against the schema the
+// document names for it (the media type's x-events).
+func (c *client) validateEvents(op *openapi3.Operation, body []byte) {
+	c.t.Helper()
+	resp := op.Responses.Status(http.StatusOK)
+	require.NotNil(c.t, resp, "a stream documents its 200 answer")
+	mt := resp.Value.Content.Get(api.StreamMediaType)
+	require.NotNil(c.t, mt, "a stream documents its media type")
+	events, ok := mt.Extensions["x-events"].(map[string]any)
+	require.True(c.t, ok, "a stream documents its events in x-events")
+	for _, e := range parseEvents(body) {
+		spec, ok := events[e.name].(map[string]any)
+		require.True(c.t, ok, "event %q is not documented", e.name)
+		name, _ := spec["schema"].(string)
+		ref := c.doc.Components.Schemas[name]
+		require.NotNil(c.t, ref, "schema %q of event %q", name, e.name)
+		var v any
+		require.NoError(c.t, json.Unmarshal(e.data, &v), "event %q: %s", e.name, e.data)
+		require.NoError(c.t, ref.Value.VisitJSON(v), "event %q does not match schema %s: %s", e.name, name, e.data)
+	}
 }
 
 func esc(s string) string { return url.PathEscape(s) }

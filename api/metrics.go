@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	streams  prometheus.Gauge
 	registry *prometheus.Registry
 }
 
@@ -23,9 +24,12 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "nebulactrl_http_request_duration_seconds", Help: "API request latency by route.", Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nebulactrl_http_event_streams", Help: "Server-sent event streams open.",
+		}),
 		registry: reg,
 	}
-	reg.MustRegister(m.requests, m.duration)
+	reg.MustRegister(m.requests, m.duration, m.streams)
 	return m
 }
 

@@ -18,7 +18,7 @@ var pathParam = regexp.MustCompile(`\{([a-z]+)\}`)
 var paramDocs = map[string]string{
 	"org": "organisation name", "project": "project name", "env": "environment name", "service": "service name",
 	"cluster": "cluster name", "user": "user id", "token": "token id", "name": "variable name", "host": "host name",
-	"changeset": "change set id", "server": "server id",
+	"changeset": "change set id", "server": "server id", "deployment": "deployment id, or latest for the newest",
 }
 
 // OpenAPI builds the OpenAPI 3 document from the route table, so that every
@@ -90,7 +90,11 @@ func (a *API) OpenAPI() (*openapi3.T, error) {
 			op.AddResponse(status, resp)
 			return nil
 		}
-		if err := addResponse(rt.status, rt.response); err != nil {
+		if rt.events != nil {
+			if err := streamResponse(op, rt, schema); err != nil {
+				return nil, err
+			}
+		} else if err := addResponse(rt.status, rt.response); err != nil {
 			return nil, err
 		}
 		if rt.accepted != nil {
@@ -104,6 +108,36 @@ func (a *API) OpenAPI() (*openapi3.T, error) {
 		doc.AddOperation(rt.path, rt.method, op)
 	}
 	return doc, nil
+}
+
+// StreamMediaType is the media type of the server-sent event streams.
+const StreamMediaType = "text/event-stream"
+
+// streamResponse documents a stream: Last-Event-ID to resume, a 200 answer
+// of text/event-stream whose events are listed (name, id, data schema) in
+// the description and, for programs, in the media type's x-events
+// extension: {"<event name>": {"schema": "<component schema name>"}}.
+func streamResponse(op *openapi3.Operation, rt route, schema func(any) (*openapi3.SchemaRef, error)) error {
+	op.AddParameter(openapi3.NewHeaderParameter("Last-Event-ID").WithSchema(openapi3.NewIntegerSchema()).
+		WithDescription("the id of the last event received: the stream resumes after it"))
+	op.AddParameter(openapi3.NewQueryParameter("lastEventId").WithSchema(openapi3.NewIntegerSchema()).
+		WithDescription("the same as Last-Event-ID, for clients that cannot set headers"))
+	desc := []string{"A stream of server-sent events (" + StreamMediaType + "), one JSON object per data line. Comments (lines starting with ':') keep it alive every 15 s. Events:"}
+	events := map[string]any{}
+	for _, e := range rt.events {
+		ref, err := schema(e.payload)
+		if err != nil {
+			return fmt.Errorf("schema of %s %s event %s: %w", rt.method, rt.path, e.name, err)
+		}
+		name := strings.TrimPrefix(ref.Ref, "#/components/schemas/")
+		desc = append(desc, fmt.Sprintf("- `%s` (%s): data is %s", e.name, e.doc, name))
+		events[e.name] = map[string]any{"schema": name, "description": e.doc}
+	}
+	mt := openapi3.NewMediaType().WithSchema(openapi3.NewStringSchema().WithFormat("event-stream"))
+	mt.Extensions = map[string]any{"x-events": events}
+	resp := openapi3.NewResponse().WithDescription(strings.Join(desc, "\n")).WithContent(openapi3.Content{StreamMediaType: mt})
+	op.AddResponse(http.StatusOK, resp)
+	return nil
 }
 
 func errorStatuses(route) []int {

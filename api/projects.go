@@ -37,14 +37,26 @@ type UpdateEnvironmentRequest struct {
 
 // ServiceRequest creates or (PATCH: absent fields stay) changes a service.
 // Without processes a service gets one "web" process with Port and Replicas.
+// ProgressDeadlineSeconds bounds how long a release may take to become ready
+// once its pods start (0: the default, 600; at most 86400); a release that
+// is not ready by then fails and the one before it runs again.
 type ServiceRequest struct {
-	Name      string           `json:"name,omitempty"`
-	Image     string           `json:"image,omitempty"`
-	GitURL    string           `json:"gitUrl,omitempty"`
-	GitBranch string           `json:"gitBranch,omitempty"`
-	Port      *int             `json:"port,omitempty"`
-	Replicas  *int             `json:"replicas,omitempty"`
-	Processes []domain.Process `json:"processes,omitempty"`
+	Name                    string           `json:"name,omitempty"`
+	Image                   string           `json:"image,omitempty"`
+	GitURL                  string           `json:"gitUrl,omitempty"`
+	GitBranch               string           `json:"gitBranch,omitempty"`
+	Port                    *int             `json:"port,omitempty"`
+	Replicas                *int             `json:"replicas,omitempty"`
+	Processes               []domain.Process `json:"processes,omitempty"`
+	ProgressDeadlineSeconds *int             `json:"progressDeadlineSeconds,omitempty"`
+}
+
+// deadline is the request's progress deadline, or current when it has none.
+func (req ServiceRequest) deadline(current int) int {
+	if req.ProgressDeadlineSeconds != nil {
+		return *req.ProgressDeadlineSeconds
+	}
+	return current
 }
 
 // VariableInput is one variable to set. A secret's value is sealed before it
@@ -91,8 +103,10 @@ type DeployResponse struct {
 	ChangeSet  *query.ChangeSet  `json:"changeSet,omitempty"`
 }
 
-// ChangeSetDecision approves or rejects a change set. An approval names the
-// version of the change set it approves (409 when it changed since).
+// ChangeSetDecision approves or rejects a change set. An approval must name
+// the version of the change set it approves, as the change set's read shows
+// it: 422 without one, 409 when changes joined the change set since (review
+// it again). A rejection may give a reason.
 type ChangeSetDecision struct {
 	Reason  string `json:"reason,omitempty"`
 	Version int    `json:"version,omitempty"`
@@ -106,11 +120,19 @@ func (a *API) projectCommand(ctx context.Context, r *http.Request, c *call, cmd 
 	return res, a.settle(ctx, res)
 }
 
-// changeSetOf returns the change set a command opened, if it opened one.
+// changeSetOf returns the change set a command opened, or the open one of
+// the same person that the change joined, if the change waits in one.
 func (a *API) changeSetOf(ctx context.Context, res command.Result) (*query.ChangeSet, error) {
 	for _, e := range res.Events {
-		if cs, ok := e.(domain.ChangeSetOpened); ok {
-			got, err := query.ChangeSetByID(ctx, a.pool, cs.ChangeSetID)
+		id := ""
+		switch cs := e.(type) {
+		case domain.ChangeSetOpened:
+			id = cs.ChangeSetID
+		case domain.ChangeSetChanged:
+			id = cs.ChangeSetID
+		}
+		if id != "" {
+			got, err := query.ChangeSetByID(ctx, a.pool, id)
 			return &got, err
 		}
 	}
@@ -263,7 +285,8 @@ func (a *API) createService(w http.ResponseWriter, r *http.Request, c *call) (in
 	ctx := r.Context()
 	id := uuid.NewString()
 	src := domain.Source{Image: req.Image, GitURL: req.GitURL, GitBranch: req.GitBranch}
-	if _, err := a.projectCommand(ctx, r, c, domain.CreateService{ServiceID: id, Name: req.Name, Source: src, Processes: req.processes(nil)}); err != nil {
+	if _, err := a.projectCommand(ctx, r, c, domain.CreateService{ServiceID: id, Name: req.Name, Source: src, Processes: req.processes(nil),
+		ProgressDeadlineSeconds: req.deadline(0)}); err != nil {
 		return 0, nil, err
 	}
 	s, err := query.ServiceByName(ctx, a.pool, c.project.ID, req.Name)
@@ -287,7 +310,8 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request, c *call) (in
 		src = domain.Source{Image: req.Image, GitURL: req.GitURL, GitBranch: req.GitBranch}
 	}
 	ctx := r.Context()
-	if _, err := a.projectCommand(ctx, r, c, domain.UpdateService{ServiceID: c.service.ID, Source: src, Processes: req.processes(c.service.Processes)}); err != nil {
+	if _, err := a.projectCommand(ctx, r, c, domain.UpdateService{ServiceID: c.service.ID, Source: src, Processes: req.processes(c.service.Processes),
+		ProgressDeadlineSeconds: req.deadline(c.service.ProgressDeadlineSeconds)}); err != nil {
 		return 0, nil, err
 	}
 	s, err := query.ServiceByName(ctx, a.pool, c.project.ID, c.service.Name)
@@ -498,10 +522,30 @@ func (a *API) listReleases(w http.ResponseWriter, r *http.Request, c *call) (int
 }
 
 // DeploymentView is a deployment with what holds it up: "delivery" while its
-// cluster is Disconnected.
+// cluster is Disconnected and its revision is not applied yet (the
+// deployment is still requested or delivering).
 type DeploymentView struct {
 	query.Deployment
 	Blockers []string `json:"blockers"`
+}
+
+// DeploymentDetail is a deployment with every stage of its rollout, in order.
+type DeploymentDetail struct {
+	DeploymentView
+	Stages []query.DeploymentStage `json:"stages"`
+}
+
+// BlockerDelivery holds up a deployment whose cluster is Disconnected.
+const BlockerDelivery = "delivery"
+
+// blockers says what holds a deployment up, given its cluster's state.
+func blockers(d query.Deployment, cluster query.ClusterStatus) []string {
+	out := []string{}
+	pending := d.Status == string(domain.StatusRequested) || d.Status == string(domain.StatusDelivering)
+	if pending && cluster.State == query.StateDisconnected {
+		out = append(out, BlockerDelivery)
+	}
+	return out
 }
 
 func (a *API) listDeployments(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -520,13 +564,104 @@ func (a *API) listDeployments(w http.ResponseWriter, r *http.Request, c *call) (
 	}
 	out := make([]DeploymentView, len(ds))
 	for i, d := range ds {
-		out[i] = DeploymentView{Deployment: d, Blockers: []string{}}
-		pending := d.Status == string(domain.StatusRequested) || d.Status == string(domain.StatusDelivering)
-		if pending && st.State == query.StateDisconnected {
-			out[i].Blockers = append(out[i].Blockers, "delivery")
-		}
+		out[i] = DeploymentView{Deployment: d, Blockers: blockers(d, st)}
 	}
 	return http.StatusOK, out, nil
+}
+
+// deploymentIn finds a deployment of the service in the environment the
+// path names; "latest" names the newest.
+func (a *API) deploymentIn(ctx context.Context, c *call, id string) (query.Deployment, error) {
+	if id == "latest" {
+		ds, err := query.Deployments(ctx, a.pool, c.env.ID, c.service.ID, 1)
+		if err != nil {
+			return query.Deployment{}, err
+		}
+		if len(ds) == 0 {
+			return query.Deployment{}, notFound("deployment of " + c.service.Name + " in " + c.env.Name)
+		}
+		return ds[0], nil
+	}
+	d, err := query.DeploymentByID(ctx, a.pool, id)
+	if err != nil || d.EnvironmentID != c.env.ID || d.ServiceID != c.service.ID {
+		if err != nil && !isNotFound(err) {
+			return query.Deployment{}, err
+		}
+		return query.Deployment{}, notFound("deployment " + id)
+	}
+	return d, nil
+}
+
+// deploymentView reads a deployment again, with its blockers.
+func (a *API) deploymentView(ctx context.Context, c *call, id string) (DeploymentView, error) {
+	d, err := a.deploymentIn(ctx, c, id)
+	if err != nil {
+		return DeploymentView{}, err
+	}
+	st, err := a.clusterStatus(ctx, c.env.ClusterID)
+	if err != nil {
+		return DeploymentView{}, err
+	}
+	return DeploymentView{Deployment: d, Blockers: blockers(d, st)}, nil
+}
+
+func (a *API) getDeployment(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	ctx := r.Context()
+	v, err := a.deploymentView(ctx, c, r.PathValue("deployment"))
+	if err != nil {
+		return 0, nil, err
+	}
+	stages, err := query.DeploymentStages(ctx, a.pool, v.ID, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, DeploymentDetail{DeploymentView: v, Stages: stages}, nil
+}
+
+// TargetView is a service in an environment: the service, its current
+// release and latest deployment there, and whether its automatic deploys are
+// paused (a rollback pauses them until someone resumes them).
+type TargetView struct {
+	Service          query.Service      `json:"service"`
+	EnvironmentID    string             `json:"environmentId"`
+	Environment      string             `json:"environment"`
+	CurrentRelease   *query.Release     `json:"currentRelease,omitempty"`
+	LatestDeployment *DeploymentView    `json:"latestDeployment,omitempty"`
+	DeploysPaused    *query.DeployPause `json:"deploysPaused,omitempty"`
+}
+
+func (a *API) targetView(ctx context.Context, c *call) (TargetView, error) {
+	v := TargetView{Service: c.service, EnvironmentID: c.env.ID, Environment: c.env.Name}
+	rels, err := query.Releases(ctx, a.pool, c.env.ID, c.service.ID)
+	if err != nil {
+		return v, err
+	}
+	for i := range rels {
+		if rels[i].Current {
+			v.CurrentRelease = &rels[i]
+		}
+	}
+	if d, err := a.deploymentView(ctx, c, "latest"); err == nil {
+		v.LatestDeployment = &d
+	} else if !isNotFound(err) {
+		return v, err
+	}
+	v.DeploysPaused, err = query.DeployPauseOf(ctx, a.pool, c.env.ID, c.service.ID)
+	return v, err
+}
+
+func (a *API) getTarget(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	v, err := a.targetView(r.Context(), c)
+	return http.StatusOK, v, err
+}
+
+func (a *API) resumeDeploys(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	ctx := r.Context()
+	if _, err := a.projectCommand(ctx, r, c, domain.ResumeDeploys{EnvironmentID: c.env.ID, ServiceID: c.service.ID}); err != nil {
+		return 0, nil, err
+	}
+	v, err := a.targetView(ctx, c)
+	return http.StatusOK, v, err
 }
 
 func (a *API) listAcknowledgements(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -568,12 +703,39 @@ func (a *API) state(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 func (a *API) listChangeSets(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	status := r.URL.Query().Get("status")
 	switch status {
-	case "", "open", "approved", "rejected":
+	case "", "open", "approved", "rejected", "expired":
 	default:
-		return 0, nil, badRequest("status must be open, approved or rejected")
+		return 0, nil, badRequest("status must be open, approved, rejected or expired")
 	}
 	cs, err := query.ChangeSets(r.Context(), a.pool, c.env.ID, status)
 	return http.StatusOK, cs, err
+}
+
+// ChangeSetView is a change set with what each of its changes changes.
+type ChangeSetView struct {
+	query.ChangeSet
+	Diff []query.ChangeDiff `json:"diff"`
+}
+
+func (a *API) changeSetIn(ctx context.Context, c *call, id string) (query.ChangeSet, error) {
+	cs, err := query.ChangeSetByID(ctx, a.pool, id)
+	if err != nil && !isNotFound(err) {
+		return cs, err
+	}
+	if err != nil || cs.EnvironmentID != c.env.ID {
+		return cs, notFound("change set " + id)
+	}
+	return cs, nil
+}
+
+func (a *API) getChangeSet(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	ctx := r.Context()
+	cs, err := a.changeSetIn(ctx, c, r.PathValue("changeset"))
+	if err != nil {
+		return 0, nil, err
+	}
+	diff, err := query.ChangeSetDiff(ctx, a.pool, cs)
+	return http.StatusOK, ChangeSetView{ChangeSet: cs, Diff: diff}, err
 }
 
 func (a *API) decideChangeSet(approve bool) func(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -586,9 +748,9 @@ func (a *API) decideChangeSet(approve bool) func(w http.ResponseWriter, r *http.
 		}
 		id := r.PathValue("changeset")
 		ctx := r.Context()
-		cs, err := query.ChangeSetByID(ctx, a.pool, id)
-		if err != nil || cs.EnvironmentID != c.env.ID {
-			return 0, nil, notFound("change set " + id)
+		cs, err := a.changeSetIn(ctx, c, id)
+		if err != nil {
+			return 0, nil, err
 		}
 		var cmd domain.ProjectCommand = domain.RejectChangeSet{ChangeSetID: id, Reason: req.Reason}
 		if approve {

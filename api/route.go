@@ -35,7 +35,11 @@ type route struct {
 	// creating routes honour Idempotency-Key.
 	creating bool
 	query    []param
-	handle   func(w http.ResponseWriter, r *http.Request, c *call) (int, any, error)
+	// events makes the route a server-sent event stream (text/event-stream,
+	// resumable with Last-Event-ID): its handler writes the response itself
+	// and returns an error only before the stream starts.
+	events []streamEvent
+	handle func(w http.ResponseWriter, r *http.Request, c *call) (int, any, error)
 }
 
 // param is a query-string parameter, for the document.
@@ -54,6 +58,7 @@ type call struct {
 	env       query.Environment
 	service   query.Service
 	cluster   query.Cluster
+	route     *route
 }
 
 type ctxKey int
@@ -88,12 +93,17 @@ func (a *API) wrap(rt route) http.Handler {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: 200}
 		a.serve(rec, r, rt)
+		if rt.events != nil && rec.status == http.StatusOK {
+			// A stream's length is the client's choice, not latency.
+			a.metrics.requests.WithLabelValues(rt.method+" "+rt.path, "200").Inc()
+			return
+		}
 		a.metrics.observe(rt.method+" "+rt.path, rec.status, time.Since(start))
 	})
 }
 
 func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route) {
-	c := &call{}
+	c := &call{route: &rt}
 	if !rt.public {
 		p, actor, tokenID, err := a.authenticate(r)
 		if err != nil {
@@ -121,6 +131,10 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route) {
 	status, body, err := rt.handle(w, r, c)
 	if err != nil {
 		a.writeError(w, r, err)
+		return
+	}
+	if rt.events != nil {
+		// The stream was written and flushed event by event.
 		return
 	}
 	if status == http.StatusNoContent {
@@ -219,6 +233,10 @@ func (s *statusRecorder) Flush() {
 		f.Flush()
 	}
 }
+
+// Unwrap lets http.ResponseController reach the connection (streams clear
+// its write deadline and flush through it).
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func intQuery(r *http.Request, name string, def, min, max int) (int, error) {
 	v := r.URL.Query().Get(name)

@@ -36,7 +36,10 @@ type Release struct {
 // SecretSuffix marks a secret variable's name in Release.Variables.
 const SecretSuffix = " (secret)"
 
-// Deployment is a request to run a release, and how far it got.
+// Deployment is a request to run a release, and how far it got. Status is
+// the rollout stage (requested, delivering, starting, probing, switching,
+// retiring) or the outcome (succeeded, failed, superseded); Reason says why a
+// deployment failed.
 type Deployment struct {
 	ID            string    `json:"id"`
 	EnvironmentID string    `json:"environmentId"`
@@ -49,15 +52,38 @@ type Deployment struct {
 	RequestedAt   time.Time `json:"requestedAt"`
 	UpdatedAt     time.Time `json:"updatedAt"`
 	RequestedBy   string    `json:"requestedBy"`
+	// Rollback marks a deployment of an earlier release.
+	Rollback bool `json:"rollback"`
+	// Revision is the desired-state revision that carried the deployment
+	// to its cluster (0 until then).
+	Revision int `json:"revision"`
+	// Ready and Desired count the new release's pods, as last reported;
+	// Detail says what holds unready pods up.
+	Ready   int    `json:"ready"`
+	Desired int    `json:"desired"`
+	Detail  string `json:"detail,omitempty"`
+	// Stalled is set while the rollout made no progress for the stall
+	// timeout; StalledSince is its last progress.
+	Stalled      bool       `json:"stalled"`
+	StalledSince *time.Time `json:"stalledSince,omitempty"`
+	// SupersededBy is the newer deployment that replaced this one.
+	SupersededBy string     `json:"supersededBy,omitempty"`
+	FinishedAt   *time.Time `json:"finishedAt,omitempty"`
 }
+
+// Terminal reports whether the deployment is over (succeeded, failed or superseded).
+func (d Deployment) Terminal() bool { return domain.DeploymentStatus(d.Status).Terminal() }
 
 // ChangeSet is a set of changes to a protected environment waiting for, or
 // having had, someone else's decision. Changes is the stored list of
 // domain.Change with every secret reduced to {"name": ..., "secret": true}.
+// Status is open, approved, rejected or expired; Version counts the changes
+// that joined it, and an approval names the version it approves.
 type ChangeSet struct {
 	ID            string          `json:"id"`
 	EnvironmentID string          `json:"environmentId"`
 	Status        string          `json:"status"`
+	Version       int             `json:"version"`
 	Description   string          `json:"description"`
 	OpenedBy      string          `json:"openedBy"`
 	DecidedBy     string          `json:"decidedBy,omitempty"`
@@ -145,13 +171,16 @@ func ReleaseByID(ctx context.Context, q eventstore.Querier, id string) (Release,
 // The release is left-joined so a deployment whose release row is missing
 // still lists (with number 0) rather than vanishing.
 const deploymentSelect = `SELECT d.id::text, d.environment_id::text, d.service_id::text, d.release_id::text,
-		coalesce(r.number, 0), coalesce(r.image, ''), d.status, d.reason, d.requested_at, d.updated_at, d.requested_by
+		coalesce(r.number, 0), coalesce(r.image, ''), d.status, d.reason, d.requested_at, d.updated_at, d.requested_by,
+		d.rollback, d.revision, d.ready, d.desired, d.detail, d.stalled_since, coalesce(d.superseded_by::text, ''), d.finished_at
 	FROM deployments d LEFT JOIN releases r ON r.id = d.release_id`
 
 func scanDeployment(row pgx.Row) (Deployment, error) {
 	var d Deployment
 	err := row.Scan(&d.ID, &d.EnvironmentID, &d.ServiceID, &d.ReleaseID, &d.ReleaseNumber, &d.Image,
-		&d.Status, &d.Reason, &d.RequestedAt, &d.UpdatedAt, &d.RequestedBy)
+		&d.Status, &d.Reason, &d.RequestedAt, &d.UpdatedAt, &d.RequestedBy,
+		&d.Rollback, &d.Revision, &d.Ready, &d.Desired, &d.Detail, &d.StalledSince, &d.SupersededBy, &d.FinishedAt)
+	d.Stalled = d.StalledSince != nil
 	return d, err
 }
 
@@ -169,7 +198,7 @@ func Deployments(ctx context.Context, q eventstore.Querier, envID, serviceID str
 	}
 	lim := w.next(clampLimit(limit))
 	return list(ctx, q, "deployments of environment "+envID, scanDeployment,
-		deploymentSelect+` WHERE `+w.sql()+` ORDER BY d.requested_at DESC, d.id DESC LIMIT `+lim, w.args...)
+		deploymentSelect+` WHERE `+w.sql()+` ORDER BY d.requested_at DESC, d.seq DESC, d.id DESC LIMIT `+lim, w.args...)
 }
 
 // DeploymentByID finds a deployment by id.
@@ -180,14 +209,14 @@ func DeploymentByID(ctx context.Context, q eventstore.Querier, id string) (Deplo
 	return one(ctx, q, "deployment "+id, scanDeployment, deploymentSelect+` WHERE d.id = $1`, id)
 }
 
-const changeSetColumns = `id::text, environment_id::text, status, description, opened_by, decided_by, opened_at, decided_at, changes`
+const changeSetColumns = `id::text, environment_id::text, status, version, description, opened_by, decided_by, opened_at, decided_at, changes`
 
 func scanChangeSet(row pgx.Row) (ChangeSet, error) {
 	var (
 		c   ChangeSet
 		raw []byte
 	)
-	if err := row.Scan(&c.ID, &c.EnvironmentID, &c.Status, &c.Description, &c.OpenedBy, &c.DecidedBy,
+	if err := row.Scan(&c.ID, &c.EnvironmentID, &c.Status, &c.Version, &c.Description, &c.OpenedBy, &c.DecidedBy,
 		&c.OpenedAt, &c.DecidedAt, &raw); err != nil {
 		return ChangeSet{}, err
 	}
@@ -201,7 +230,7 @@ func scanChangeSet(row pgx.Row) (ChangeSet, error) {
 }
 
 // ChangeSets lists the change sets of an environment, newest first; status
-// ("open", "approved", "rejected") filters them unless it is "".
+// ("open", "approved", "rejected", "expired") filters them unless it is "".
 func ChangeSets(ctx context.Context, q eventstore.Querier, envID, status string) ([]ChangeSet, error) {
 	if !validID(envID) {
 		return []ChangeSet{}, nil

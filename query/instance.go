@@ -51,6 +51,10 @@ type AuditFilter struct {
 	// Target matches as a prefix of the target's name, so "acme/shop"
 	// matches everything in that project.
 	Target string
+	// EnvironmentID limits the entries to those about one environment:
+	// the environment itself, its services there (env/service targets), its
+	// deployments and its change sets.
+	EnvironmentID string
 	// Since is inclusive, Until exclusive.
 	Since, Until *time.Time
 	// After is the cursor: only entries with a seq strictly greater.
@@ -86,7 +90,7 @@ type AuditEntry struct {
 // page, and 0 when the page is not full: there is nothing more to read yet.
 // (A full last page costs one more, empty, request.)
 func Audit(ctx context.Context, q eventstore.Querier, f AuditFilter) (rows []AuditEntry, next int64, err error) {
-	if f.OrgID != "" && !validID(f.OrgID) {
+	if f.OrgID != "" && !validID(f.OrgID) || f.EnvironmentID != "" && !validID(f.EnvironmentID) {
 		return []AuditEntry{}, 0, nil
 	}
 	limit := clampLimit(f.Limit)
@@ -107,6 +111,15 @@ func Audit(ctx context.Context, q eventstore.Querier, f AuditFilter) (rows []Aud
 	}
 	if f.Target != "" {
 		w.add("starts_with(target, %s)", f.Target)
+	}
+	if f.EnvironmentID != "" {
+		// The audit log names targets, not the environment they are in: a
+		// deployment's or change set's environment comes from its read
+		// model (projected in the same transaction as its audit entry).
+		w.add(`(target_kind = 'environment' AND target_id = %s::text
+			OR target_kind = 'deployment-target' AND starts_with(target_id, %s::text || '/')
+			OR target_kind = 'deployment' AND target_id IN (SELECT id::text FROM deployments WHERE environment_id = (%s::text)::uuid)
+			OR target_kind = 'changeset' AND target_id IN (SELECT id::text FROM changesets WHERE environment_id = (%s::text)::uuid))`, f.EnvironmentID)
 	}
 	if f.Since != nil {
 		w.add("occurred_at >= %s", *f.Since)
@@ -130,4 +143,15 @@ func Audit(ctx context.Context, q eventstore.Querier, f AuditFilter) (rows []Aud
 		next = rows[len(rows)-1].Seq
 	}
 	return rows, next, nil
+}
+
+// AuditHead is the seq of the latest audit log entry (0 when there is
+// none): entries committed later have a greater one, so it is where a
+// follower that wants only what happens next starts.
+func AuditHead(ctx context.Context, q eventstore.Querier) (int64, error) {
+	var seq int64
+	if err := q.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM audit_log`).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("reading the head of the audit log: %w", err)
+	}
+	return seq, nil
 }

@@ -37,8 +37,11 @@ type Service struct {
 	Name      string           `json:"name"`
 	Source    domain.Source    `json:"source"`
 	Processes []domain.Process `json:"processes"`
-	CreatedAt time.Time        `json:"createdAt"`
-	UpdatedAt time.Time        `json:"updatedAt"`
+	// ProgressDeadlineSeconds bounds how long a release may take to become
+	// ready once its pods start; 0 means the default (600).
+	ProgressDeadlineSeconds int       `json:"progressDeadlineSeconds"`
+	CreatedAt               time.Time `json:"createdAt"`
+	UpdatedAt               time.Time `json:"updatedAt"`
 }
 
 // Where a variable is set, as Variable.Scope says.
@@ -134,11 +137,11 @@ func EnvironmentsOnCluster(ctx context.Context, q eventstore.Querier, clusterID 
 		environmentSelect+` WHERE e.cluster_id = $1 AND e.deleted_at IS NULL ORDER BY e.id`, clusterID)
 }
 
-const serviceColumns = `id::text, project_id::text, name, source, processes, created_at, updated_at`
+const serviceColumns = `id::text, project_id::text, name, source, processes, progress_deadline_seconds, created_at, updated_at`
 
 func scanService(row pgx.Row) (Service, error) {
 	var s Service
-	err := row.Scan(&s.ID, &s.ProjectID, &s.Name, &s.Source, &s.Processes, &s.CreatedAt, &s.UpdatedAt)
+	err := row.Scan(&s.ID, &s.ProjectID, &s.Name, &s.Source, &s.Processes, &s.ProgressDeadlineSeconds, &s.CreatedAt, &s.UpdatedAt)
 	if s.Processes == nil {
 		s.Processes = []domain.Process{}
 	}
