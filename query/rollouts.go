@@ -76,7 +76,6 @@ func DeployPauseOf(ctx context.Context, q eventstore.Querier, envID, serviceID s
 	return &p, nil
 }
 
-
 // Kinds of ChangeDiff.
 const (
 	DiffSetVariable   = "set-variable"
