@@ -125,7 +125,7 @@ func (a *API) routeTable() []route {
 		{method: "GET", path: targetPath + "/deployments/{deployment}/events", tag: "deployments",
 			summary: "Follow a deployment (server-sent events): a deployment snapshot, then each stage of its rollout; the stream closes after the stage that ends it", scope: read,
 			status: ok, handle: a.deploymentEvents, events: []streamEvent{
-				{"deployment", "no id; the deployment as it stands: sent first, and again when its stall flag, blockers or status change", DeploymentView{}},
+				{"deployment", "no id; the deployment as it stands: sent first, and again when its stall flag or blockers change", DeploymentView{}},
 				{"stage", "id: the stage's seq (resume with Last-Event-ID); one per stage, in order; the one with terminal set is the last event of the stream", DeploymentStageEvent{}},
 			}},
 		{method: "GET", path: targetPath, tag: "deployments", summary: "A service in an environment: current release, latest deployment, and whether automatic deploys are paused", scope: read,

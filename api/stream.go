@@ -273,13 +273,13 @@ func (a *API) deploymentEvents(w http.ResponseWriter, r *http.Request, c *call) 
 }
 
 // watchKey is what a "deployment" update is sent for: the stall flag and
-// the blockers (stages come as stage events).
+// the blockers (stages, and the status with them, come as stage events).
 func watchKey(v DeploymentView) string {
 	since := ""
 	if v.StalledSince != nil {
 		since = v.StalledSince.UTC().Format(time.RFC3339Nano)
 	}
-	return strconv.FormatBool(v.Stalled) + "|" + since + "|" + strings.Join(v.Blockers, ",") + "|" + v.Status
+	return strconv.FormatBool(v.Stalled) + "|" + since + "|" + strings.Join(v.Blockers, ",")
 }
 
 // environmentEvents streams the audit log entries about an environment as
