@@ -212,14 +212,43 @@ func (c *Client) Rollback(ctx context.Context, org, project, env, service string
 }
 
 // Deployments lists a service's deployments in an environment, newest
-// first; limit 0 means the API's default.
-func (c *Client) Deployments(ctx context.Context, org, project, env, service string, limit int) ([]query.Deployment, error) {
+// first, with their rollout stage, stall flag and blockers; limit 0 means
+// the API's default.
+func (c *Client) Deployments(ctx context.Context, org, project, env, service string, limit int) ([]api.DeploymentView, error) {
 	var q url.Values
 	if limit > 0 {
 		q = url.Values{"limit": {strconv.Itoa(limit)}}
 	}
-	var out []query.Deployment
+	var out []api.DeploymentView
 	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/deployments", query: q}, &out)
+	return out, err
+}
+
+// LatestDeployment is the id that names a service's newest deployment in an
+// environment.
+const LatestDeployment = "latest"
+
+// Deployment reads a deployment (LatestDeployment: the newest) with every
+// stage of its rollout.
+func (c *Client) Deployment(ctx context.Context, org, project, env, service, id string) (api.DeploymentDetail, error) {
+	var out api.DeploymentDetail
+	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + path("/deployments/%s", id)}, &out)
+	return out, err
+}
+
+// Target reads a service in an environment: its current release, latest
+// deployment, and whether its automatic deploys are paused.
+func (c *Client) Target(ctx context.Context, org, project, env, service string) (api.TargetView, error) {
+	var out api.TargetView
+	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service)}, &out)
+	return out, err
+}
+
+// ResumeDeploys resumes the automatic deploys of a service in an
+// environment that a rollback paused.
+func (c *Client) ResumeDeploys(ctx context.Context, org, project, env, service string) (api.TargetView, error) {
+	var out api.TargetView
+	_, err := c.call(ctx, request{method: http.MethodPost, path: levelPath(org, project, env, service) + "/resume-deploys"}, &out)
 	return out, err
 }
 
@@ -251,7 +280,7 @@ func (c *Client) State(ctx context.Context, org, project, env string, q StateQue
 }
 
 // ChangeSets lists an environment's change sets, newest first; status
-// ("open", "approved", "rejected") filters unless it is "".
+// ("open", "approved", "rejected", "expired") filters unless it is "".
 func (c *Client) ChangeSets(ctx context.Context, org, project, env, status string) ([]query.ChangeSet, error) {
 	var q url.Values
 	if status != "" {
@@ -262,11 +291,20 @@ func (c *Client) ChangeSets(ctx context.Context, org, project, env, status strin
 	return out, err
 }
 
-// ApproveChangeSet approves and applies a change set someone else opened.
-func (c *Client) ApproveChangeSet(ctx context.Context, org, project, env, id string) (query.ChangeSet, error) {
+// ChangeSet reads a change set with what each of its changes changes.
+func (c *Client) ChangeSet(ctx context.Context, org, project, env, id string) (api.ChangeSetView, error) {
+	var out api.ChangeSetView
+	_, err := c.call(ctx, request{method: http.MethodGet, path: envPath(org, project, env) + path("/changesets/%s", id)}, &out)
+	return out, err
+}
+
+// ApproveChangeSet approves and applies a change set someone else opened,
+// at the version the approver reviewed: the API answers 409 (conflict) when
+// changes joined it since.
+func (c *Client) ApproveChangeSet(ctx context.Context, org, project, env, id string, version int) (query.ChangeSet, error) {
 	var out query.ChangeSet
 	_, err := c.call(ctx, request{method: http.MethodPost, path: envPath(org, project, env) + path("/changesets/%s/approve", id),
-		in: api.ChangeSetDecision{}}, &out)
+		in: api.ChangeSetDecision{Version: version}}, &out)
 	return out, err
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/pgtest"
 	"github.com/nebulactrl/nebulactrl/projections"
@@ -329,11 +330,27 @@ func TestClientCommands(t *testing.T) {
 	require.Len(t, sets, 1)
 	require.Equal(t, "open", sets[0].Status)
 	require.Contains(t, out, sets[0].ID)
-	require.Contains(t, c.ok("var", "set", "acme/shop/production/api", "LOG_LEVEL=warn"), "waits in change set")
-	require.Regexp(t, `(?m)^`+sets[0].ID+`\s+open`, c.ok("changeset", "list", "acme/shop/production"))
+	require.Regexp(t, `(?m)^`+sets[0].ID+`\s+open\s+1\s`, c.ok("changeset", "list", "acme/shop/production"))
+	// A second change of the same person joins the open change set: version 2.
+	require.Contains(t, c.ok("var", "set", "acme/shop/production/api", "LOG_LEVEL=warn"), "waits in change set "+sets[0].ID+" (version 2)")
+	require.Contains(t, c.okIn(secret+"\n", "var", "set", "acme/shop/production/api", "STRIPE_KEY", "--secret"), "(version 3)")
+	require.Regexp(t, `(?m)^`+sets[0].ID+`\s+open\s+3\s`, c.ok("changeset", "list", "acme/shop/production"))
 	require.Contains(t, c.fails("changeset", "approve", "acme/shop/production", sets[0].ID), "someone other than who opened it")
 	c.json(&rels, "releases", "acme/shop/production/api")
 	require.Empty(t, rels)
+	// What the change set changes, before anyone approves it.
+	out = c.ok("changeset", "show", "acme/shop/production", sets[0].ID)
+	require.Contains(t, out, "open, version 3")
+	require.Contains(t, out, "~ deploy api: "+regHost+"/api@sha256:")
+	require.Contains(t, out, "~ set LOG_LEVEL on api: warn")
+	require.Contains(t, out, "~ set STRIPE_KEY (secret) on api: ********")
+	require.NotContains(t, out, secret)
+	require.Contains(t, out, "nebula changeset approve acme/shop/production "+sets[0].ID+" --version 3")
+	var view api.ChangeSetView
+	c.json(&view, "changeset", "show", "acme/shop/production", sets[0].ID)
+	require.Equal(t, 3, view.Version)
+	require.Len(t, view.Diff, 3)
+	require.NotContains(t, c.ok("changeset", "show", "acme/shop/production", sets[0].ID, "--json"), secret)
 
 	// Another user approves: created by the administrator, added as an admin
 	// (the flag after the arguments).
@@ -341,14 +358,29 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, c.ok("member", "add", "acme", "grace@example.com", "--role", "admin"), "as admin")
 	require.Regexp(t, `(?m)^grace@example.com\s+Grace\s+admin`, c.ok("member", "list", "acme"))
 	c.okIn(password+"\n", "login", "--url", srv.URL, "--email", "grace@example.com", "--password-stdin")
+	// An approval of a version that is not the change set's is refused.
+	stderr := c.fails("changeset", "approve", "acme/shop/production", sets[0].ID, "--version", "2")
+	require.Contains(t, stderr, "review it again: nebula changeset show acme/shop/production "+sets[0].ID)
 	require.Contains(t, c.ok("changeset", "approve", "acme/shop/production", sets[0].ID), "is approved")
 	c.json(&sets, "changeset", "list", "acme/shop/production", "--status", "open")
+	require.Empty(t, sets, "every change was in the one change set")
+	out = c.ok("changeset", "show", "acme/shop/production", view.ID)
+	require.Contains(t, out, "approved, version 3")
+	require.Contains(t, out, "~ set LOG_LEVEL on api: warn", "a decided change set shows the new values only")
+	require.NotContains(t, out, "nebula changeset approve")
+	c.ok("logout")
+	c.ok("login", "--url", srv.URL, "--token", adaToken)
+	require.Contains(t, c.ok("var", "set", "acme/shop/production/api", "LOG_LEVEL=error"), "waits in change set")
+	c.json(&sets, "changeset", "list", "acme/shop/production", "--status", "open")
 	require.Len(t, sets, 1)
+	require.Contains(t, c.ok("changeset", "show", "acme/shop/production", sets[0].ID), "~ set LOG_LEVEL on api: warn -> error")
+	c.okIn(password+"\n", "login", "--url", srv.URL, "--email", "grace@example.com", "--password-stdin")
 	require.Contains(t, c.ok("changeset", "reject", "acme/shop/production", sets[0].ID, "--reason", "not now"), "is rejected")
 	c.ok("logout")
 	c.ok("login", "--url", srv.URL, "--token", adaToken)
 	c.json(&rels, "releases", "acme/shop/production/api")
-	require.Len(t, rels, 1, "the approved deployment made a release")
+	require.Len(t, rels, 3, "the approved change set made a release per change: the deployment, then each variable change")
+	require.Equal(t, []string{"variables", "variables", "deploy"}, []string{rels[0].Reason, rels[1].Reason, rels[2].Reason})
 	require.Contains(t, c.ok("member", "remove", "acme", "grace@example.com"), "Removed grace@example.com")
 	require.NotContains(t, c.ok("member", "list", "acme"), "grace")
 
@@ -422,7 +454,7 @@ func TestClientCommands(t *testing.T) {
 	t.Setenv(envToken, "")
 	require.Contains(t, c.ok("token", "revoke", ciID), "Revoked token")
 	t.Setenv(envToken, ciToken)
-	stderr := c.fails("project", "list", "acme")
+	stderr = c.fails("project", "list", "acme")
 	require.Contains(t, stderr, "the token was revoked")
 	require.Contains(t, stderr, "nebula login")
 	t.Setenv(envToken, "")

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -26,8 +28,25 @@ func (x *cmdCtx) printDeploy(a address, res api.DeployResponse) error {
 		return errors.New("the control plane answered without a deployment")
 	}
 	x.printf("Deploying %s: release %d, image %s\n", a, res.Release.Number, res.Release.Image)
-	x.printf("deployment %s is %s; follow it with: nebula deployments %s\n", res.Deployment.ID, res.Deployment.Status, a)
+	if !x.Bool("wait") {
+		x.printf("deployment %s is %s; follow it with: nebula deployments watch %s %s\n", res.Deployment.ID, res.Deployment.Status, a, res.Deployment.ID)
+	}
 	return nil
+}
+
+// afterDeploy follows what a deploy or rollback started when --wait asks for it.
+func (x *cmdCtx) afterDeploy(cl *client.Client, a address, res api.DeployResponse) error {
+	if !x.Bool("wait") {
+		return nil
+	}
+	if res.ChangeSet != nil {
+		// What waits, and how to approve it, is printed already.
+		return exitError{exitApproval, fmt.Errorf("the deployment waits for approval in change set %s", res.ChangeSet.ID)}
+	}
+	if res.Deployment == nil {
+		return errors.New("the control plane answered without a deployment")
+	}
+	return watchDeployment(x, cl, a, res.Deployment.ID, x.Duration("timeout"))
 }
 
 func deployCommand() *cli.Command {
@@ -39,9 +58,16 @@ first: an image it cannot resolve is refused and nothing is created. In a
 protected environment the deployment waits in a change set for someone
 else's approval.
 
+With --wait it follows the deployment's rollout until it ends: on a terminal
+one line shows the stage, the pods ready and the time taken, and each stage
+done stays as a line; otherwise one plain line per stage.
+
 Example:
-   nebula deploy acme/shop/production/api --image ghcr.io/acme/api:1.5`,
-		flags: []cli.Flag{&cli.StringFlag{Name: "image", Usage: "the image to deploy (default: the service's image)"}},
+   nebula deploy acme/shop/production/api --image ghcr.io/acme/api:1.5
+   nebula deploy acme/shop/staging/api --wait --timeout 5m
+
+` + exitCodesHelp,
+		flags: append([]cli.Flag{&cli.StringFlag{Name: "image", Usage: "the image to deploy (default: the service's image)"}}, waitFlags()...),
 		json:  true, nargs: 1,
 		run: func(x *cmdCtx) error {
 			a, err := x.address(0, shapeTarget)
@@ -53,10 +79,13 @@ Example:
 				return err
 			}
 			var res api.DeployResponse
-			return x.read(func(ctx context.Context) (err error) {
+			if err := x.read(func(ctx context.Context) (err error) {
 				res, err = cl.Deploy(ctx, a.Org, a.Project, a.Env, a.Service, x.String("image"))
 				return
-			}, func() error { return x.printDeploy(a, res) })
+			}, func() error { return x.printDeploy(a, res) }); err != nil {
+				return err
+			}
+			return x.afterDeploy(cl, a, res)
 		},
 	}.command()
 }
@@ -67,9 +96,15 @@ func rollbackCommand() *cli.Command {
 		description: `Deploys an earlier release of the service (its image and the configuration it
 froze) again; nebula releases lists them.
 
+A rollback pauses the service's automatic deploys in the environment until
+someone resumes them (nebula service resume-deploys). With --wait it follows
+the deployment as nebula deploy --wait does.
+
 Example:
-   nebula rollback acme/shop/production/api --release 41`,
-		flags: []cli.Flag{&cli.IntFlag{Name: "release", Usage: "the release number to deploy again (required)"}},
+   nebula rollback acme/shop/production/api --release 41 --wait
+
+` + exitCodesHelp,
+		flags: append([]cli.Flag{&cli.IntFlag{Name: "release", Usage: "the release number to deploy again (required)"}}, waitFlags()...),
 		json:  true, nargs: 1,
 		run: func(x *cmdCtx) error {
 			a, err := x.address(0, shapeTarget)
@@ -84,10 +119,13 @@ Example:
 				return err
 			}
 			var res api.DeployResponse
-			return x.read(func(ctx context.Context) (err error) {
+			if err := x.read(func(ctx context.Context) (err error) {
 				res, err = cl.Rollback(ctx, a.Org, a.Project, a.Env, a.Service, x.Int("release"))
 				return
-			}, func() error { return x.printDeploy(a, res) })
+			}, func() error { return x.printDeploy(a, res) }); err != nil {
+				return err
+			}
+			return x.afterDeploy(cl, a, res)
 		},
 	}.command()
 }
@@ -131,12 +169,16 @@ Example:
 }
 
 func deploymentsCommand() *cli.Command {
-	return spec{
-		name: "deployments", usage: "list the deployments of a service in an environment", argsUsage: shapeTarget,
-		description: `Lists deployments, newest first, and how far each got.
+	cmd := spec{
+		name: "deployments", usage: "list the deployments of a service in an environment; watch or show one", argsUsage: shapeTarget,
+		description: `Lists deployments, newest first: the stage each reached (or how it ended),
+its pods ready, and what holds it up (stalled; delivery: the cluster is
+disconnected). nebula deployments watch follows one as it rolls out;
+nebula deployments show lists the stages of one.
 
 Example:
-   nebula deployments acme/shop/production/api --limit 10`,
+   nebula deployments acme/shop/production/api --limit 10
+   nebula deployments watch acme/shop/production/api`,
 		flags: []cli.Flag{&cli.IntFlag{Name: "limit", Usage: "at most this many (1-500; default 50)"}},
 		json:  true, nargs: 1,
 		run: func(x *cmdCtx) error {
@@ -148,20 +190,152 @@ Example:
 			if err != nil {
 				return err
 			}
-			var ds []query.Deployment
+			var ds []api.DeploymentView
 			return x.read(func(ctx context.Context) (err error) {
 				ds, err = cl.Deployments(ctx, a.Org, a.Project, a.Env, a.Service, x.Int("limit"))
 				return
 			}, func() error {
 				var rows [][]string
 				for _, d := range ds {
-					rows = append(rows, []string{d.ID, strconv.Itoa(d.ReleaseNumber), d.Status, when(d.RequestedAt), cell(d.RequestedBy), cell(d.Reason)})
+					rows = append(rows, []string{d.ID, strconv.Itoa(d.ReleaseNumber), d.Status, pods(d.Deployment), holdUps(d),
+						when(d.RequestedAt), cell(d.RequestedBy), cell(d.Reason)})
 				}
-				x.table("ID\tRELEASE\tSTATUS\tREQUESTED\tBY\tREASON", rows)
+				x.table("ID\tRELEASE\tSTATUS\tREADY\tHELD UP\tREQUESTED\tBY\tREASON", rows)
+				if t, err := cl.Target(x.Context.Context, a.Org, a.Project, a.Env, a.Service); err == nil && t.DeploysPaused != nil {
+					x.printf("\n%s\n", pausedNote(a, t.DeploysPaused))
+				}
 				return nil
 			})
 		},
 	}.command()
+	cmd.Subcommands = []*cli.Command{
+		spec{
+			name: "watch", usage: "follow a deployment until it ends", argsUsage: shapeTarget + " [DEPLOYMENT]",
+			description: `Follows a deployment (the newest when DEPLOYMENT is left out) as it rolls out,
+until it succeeds, fails or is superseded. On a terminal one line shows the
+stage, the pods ready and the time taken, and each stage done stays as a line;
+otherwise (piped) one plain line per stage. A stalled rollout and a cluster
+that is disconnected (the delivery blocker) are shown when they happen. A lost
+connection is made again and the watch resumes where it was. With --json,
+each event is printed as one JSON line.
+
+Example:
+   nebula deployments watch acme/shop/production/api
+   nebula deployments watch acme/shop/production/api 5d0c1f5e-1b7a-4a5e-9a53-2f3a4e9b8c71 --timeout 30m
+
+` + exitCodesHelp,
+			flags: []cli.Flag{timeoutFlag(), &cli.BoolFlag{Name: "json", Usage: "print each event as a JSON line"}},
+			nargs: -1,
+			run: func(x *cmdCtx) error {
+				if len(x.args) < 1 || len(x.args) > 2 {
+					return fmt.Errorf("want %s [DEPLOYMENT], got %d argument(s) (see --help)", shapeTarget, len(x.args))
+				}
+				a, err := x.address(0, shapeTarget)
+				if err != nil {
+					return err
+				}
+				id := client.LatestDeployment
+				if len(x.args) == 2 {
+					id = x.args[1]
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				return watchDeployment(x, cl, a, id, x.Duration("timeout"))
+			},
+		}.command(),
+		spec{
+			name: "show", usage: "show a deployment and the stages of its rollout", argsUsage: shapeTarget + " [DEPLOYMENT]",
+			description: `Shows a deployment (the newest when DEPLOYMENT is left out): its release, how
+far it got or how it ended, and every stage with its time and pods ready.
+
+Example:
+   nebula deployments show acme/shop/production/api`,
+			json: true, nargs: -1,
+			run: func(x *cmdCtx) error {
+				if len(x.args) < 1 || len(x.args) > 2 {
+					return fmt.Errorf("want %s [DEPLOYMENT], got %d argument(s) (see --help)", shapeTarget, len(x.args))
+				}
+				a, err := x.address(0, shapeTarget)
+				if err != nil {
+					return err
+				}
+				id := client.LatestDeployment
+				if len(x.args) == 2 {
+					id = x.args[1]
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var d api.DeploymentDetail
+				return x.read(func(ctx context.Context) (err error) {
+					d, err = cl.Deployment(ctx, a.Org, a.Project, a.Env, a.Service, id)
+					return
+				}, func() error {
+					kind := "deployment"
+					if d.Rollback {
+						kind = "rollback"
+					}
+					x.printf("Deployment %s of %s: %s of release %d (%s)\n", d.ID, a, kind, d.ReleaseNumber, d.Image)
+					x.printf("requested %s by %s; status %s", when(d.RequestedAt), cell(d.RequestedBy), d.Status)
+					if d.Desired > 0 {
+						x.printf(", %d/%d pods ready", d.Ready, d.Desired)
+					}
+					x.printf("\n")
+					if h := holdUps(d.DeploymentView); h != "-" {
+						x.printf("held up: %s\n", h)
+					}
+					if d.Reason != "" {
+						x.printf("reason: %s\n", d.Reason)
+					}
+					if d.SupersededBy != "" {
+						x.printf("superseded by deployment %s\n", d.SupersededBy)
+					}
+					x.printf("\n")
+					var rows [][]string
+					for _, s := range d.Stages {
+						ready := "-"
+						if s.Desired > 0 {
+							ready = fmt.Sprintf("%d/%d", s.Ready, s.Desired)
+						}
+						rows = append(rows, []string{strconv.Itoa(s.Seq), s.Stage, when(s.At), ready, cell(s.Actor), cell(s.Detail)})
+					}
+					x.table("SEQ\tSTAGE\tAT\tREADY\tBY\tDETAIL", rows)
+					return nil
+				})
+			},
+		}.command(),
+	}
+	return cmd
+}
+
+// pods writes a deployment's pods ready of desired.
+func pods(d query.Deployment) string {
+	if d.Desired == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d", d.Ready, d.Desired)
+}
+
+// holdUps writes what holds a deployment up: stalled, and its blockers.
+func holdUps(d api.DeploymentView) string {
+	var out []string
+	if d.Stalled {
+		out = append(out, "stalled")
+	}
+	out = append(out, d.Blockers...)
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ",")
+}
+
+// pausedNote says that a service's automatic deploys are paused.
+func pausedNote(a address, p *query.DeployPause) string {
+	return fmt.Sprintf("Automatic deploys of %s are paused since %s by %s: %s\nResume them with: nebula service resume-deploys %s",
+		a, when(p.PausedAt), cell(p.PausedBy), cell(p.Reason), a)
 }
 
 func changesetCommand() *cli.Command {
@@ -176,7 +350,7 @@ func changesetCommand() *cli.Command {
 
 Example:
    nebula changeset list acme/shop/production --status open`,
-			flags: []cli.Flag{&cli.StringFlag{Name: "status", Usage: "only open, approved or rejected ones"}},
+			flags: []cli.Flag{&cli.StringFlag{Name: "status", Usage: "only open, approved, rejected or expired ones"}},
 			json:  true, nargs: 1,
 			run: func(x *cmdCtx) error {
 				a, err := x.address(0, shapeEnv)
@@ -208,19 +382,23 @@ Example:
 					}
 					var rows [][]string
 					for _, c := range cs {
-						rows = append(rows, []string{c.ID, c.Status, cell(c.Description), person(c.OpenedBy), when(c.OpenedAt), person(c.DecidedBy)})
+						rows = append(rows, []string{c.ID, c.Status, strconv.Itoa(c.Version), cell(c.Description), person(c.OpenedBy), when(c.OpenedAt), person(c.DecidedBy)})
 					}
-					x.table("ID\tSTATUS\tDESCRIPTION\tOPENED BY\tOPENED\tDECIDED BY", rows)
+					x.table("ID\tSTATUS\tVERSION\tDESCRIPTION\tOPENED BY\tOPENED\tDECIDED BY", rows)
 					return nil
 				})
 			},
 		}.command(),
 		spec{
-			name: "approve", usage: "approve and apply a change set someone else opened", argsUsage: shapeEnv + " ID",
-			description: `Approves a change set and applies its changes. Nobody approves their own.
+			name: "show", usage: "show what a change set changes", argsUsage: shapeEnv + " ID",
+			description: `Shows a change set: who opened it, its status and version, and what each of
+its changes changes. While it is open, each change shows the value the
+environment has now and the one it would have: variables set or unset (a
+secret's values are masked), replicas scaled from -> to, the image deployed,
+the release a rollback goes back to.
 
 Example:
-   nebula changeset approve acme/shop/production 5d0c1f5e-1b7a-4a5e-9a53-2f3a4e9b8c71`,
+   nebula changeset show acme/shop/production 5d0c1f5e-1b7a-4a5e-9a53-2f3a4e9b8c71`,
 			json: true, nargs: 2,
 			run: func(x *cmdCtx) error {
 				a, err := x.address(0, shapeEnv)
@@ -231,11 +409,54 @@ Example:
 				if err != nil {
 					return err
 				}
-				var cs query.ChangeSet
+				var cs api.ChangeSetView
 				return x.read(func(ctx context.Context) (err error) {
-					cs, err = cl.ApproveChangeSet(ctx, a.Org, a.Project, a.Env, x.args[1])
+					cs, err = cl.ChangeSet(ctx, a.Org, a.Project, a.Env, x.args[1])
+					return
+				}, func() error {
+					x.printChangeSet(cl, a, cs)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "approve", usage: "approve and apply a change set someone else opened", argsUsage: shapeEnv + " ID",
+			description: `Approves a change set and applies its changes. Nobody approves their own.
+The approval names the version of the change set approved: the one it has
+now (review it first with nebula changeset show), or --version N. When changes
+joined the change set since, the approval is refused; review it again.
+
+Example:
+   nebula changeset approve acme/shop/production 5d0c1f5e-1b7a-4a5e-9a53-2f3a4e9b8c71 --version 2`,
+			flags: []cli.Flag{&cli.IntFlag{Name: "version", Usage: "the version reviewed (default: the change set's present one)"}},
+			json:  true, nargs: 2,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeEnv)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				id := x.args[1]
+				version := x.Int("version")
+				if !x.IsSet("version") {
+					cur, err := cl.ChangeSet(x.Context.Context, a.Org, a.Project, a.Env, id)
+					if err != nil {
+						return err
+					}
+					version = cur.Version
+				}
+				var cs query.ChangeSet
+				err = x.read(func(ctx context.Context) (err error) {
+					cs, err = cl.ApproveChangeSet(ctx, a.Org, a.Project, a.Env, id, version)
 					return
 				}, func() error { return decided(x, cs) })
+				if client.IsStatus(err, http.StatusConflict) {
+					return fmt.Errorf("%w\nThe change set changed since version %d; review it again: nebula changeset show %s %s", err, version, a, id)
+				}
+				return err
 			},
 		}.command(),
 		spec{
@@ -263,6 +484,51 @@ Example:
 			},
 		}.command(),
 	)
+}
+
+// printChangeSet prints a change set and its diff.
+func (x *cmdCtx) printChangeSet(cl *client.Client, a address, cs api.ChangeSetView) {
+	people := map[string]string{}
+	if ms, err := cl.Members(x.Context.Context, a.Org); err == nil {
+		for _, m := range ms {
+			people[m.UserID] = m.Email
+		}
+	}
+	person := func(id string) string {
+		if e, ok := people[id]; ok {
+			return e
+		}
+		return cell(id)
+	}
+	x.printf("Change set %s of %s: %s, version %d\n", cs.ID, a, cs.Status, cs.Version)
+	x.printf("opened %s by %s", when(cs.OpenedAt), person(cs.OpenedBy))
+	if cs.DecidedAt != nil {
+		x.printf("; %s %s", cs.Status, when(*cs.DecidedAt))
+		if cs.DecidedBy != "" {
+			x.printf(" by %s", person(cs.DecidedBy))
+		}
+	}
+	x.printf("\n\n")
+	if len(cs.Diff) == 0 {
+		x.printf("It changes nothing.\n")
+	}
+	for _, d := range cs.Diff {
+		x.printf("  %s %s\n", diffMark(d.Kind), d.Summary)
+	}
+	if cs.Status == "open" {
+		x.printf("\nApprove this version with:\n\n    nebula changeset approve %s %s --version %d\n", a, cs.ID, cs.Version)
+	}
+}
+
+// diffMark marks a change as adding (+), removing (-) or changing (~).
+func diffMark(kind string) string {
+	switch kind {
+	case query.DiffUnsetVariable, query.DiffRemoveDomain:
+		return "-"
+	case query.DiffAddDomain:
+		return "+"
+	}
+	return "~"
 }
 
 func stateCommand() *cli.Command {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -199,8 +200,36 @@ func yesNo(b bool) string {
 	return "no"
 }
 
+// deadlineFlag is --progress-deadline.
+func deadlineFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "progress-deadline", Usage: "how long a release may take to become ready once its pods start, in whole seconds up to 24h " +
+		"(0: the default, 10m); a release not ready by then fails and the one before it runs again"}
+}
+
+// deadline sets the request's progress deadline from --progress-deadline.
+func (x *cmdCtx) deadline(req *api.ServiceRequest) error {
+	if !x.IsSet("progress-deadline") {
+		return nil
+	}
+	d := x.Duration("progress-deadline")
+	if d < 0 || d%time.Second != 0 {
+		return fmt.Errorf("--progress-deadline %s: give whole seconds (such as 90s or 10m), or 0 for the default", d)
+	}
+	secs := int(d / time.Second)
+	req.ProgressDeadlineSeconds = &secs
+	return nil
+}
+
+// progressDeadline writes a service's progress deadline.
+func progressDeadline(secs int) string {
+	if secs == 0 {
+		return "10m0s (default)"
+	}
+	return (time.Duration(secs) * time.Second).String()
+}
+
 func serviceCommand() *cli.Command {
-	return group("service", "create, list and delete services",
+	return group("service", "create, change, list and delete services; resume their automatic deploys",
 		spec{
 			name: "create", usage: "create a service from an image or a Git branch", argsUsage: shapeService,
 			description: `Creates a service of a project, in every environment of it. It runs one "web"
@@ -208,13 +237,14 @@ process with --port and --replicas. Deploy it with nebula deploy.
 
 Example:
    nebula service create acme/shop/api --image ghcr.io/acme/api:1.4 --port 8080 --replicas 2
-   nebula service create acme/shop/web --git https://github.com/acme/web --branch main`,
+   nebula service create acme/shop/web --git https://github.com/acme/web --branch main --progress-deadline 15m`,
 			flags: []cli.Flag{
 				&cli.StringFlag{Name: "image", Usage: "the image to run (a tag is pinned to its digest when deployed)"},
 				&cli.StringFlag{Name: "git", Usage: "the Git repository to build from"},
 				&cli.StringFlag{Name: "branch", Usage: "the branch of --git"},
 				&cli.IntFlag{Name: "port", Usage: "the port the web process listens on"},
 				&cli.IntFlag{Name: "replicas", Usage: "how many web processes run (default 1)"},
+				deadlineFlag(),
 			},
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
@@ -241,6 +271,9 @@ Example:
 					r := x.Int("replicas")
 					req.Replicas = &r
 				}
+				if err := x.deadline(&req); err != nil {
+					return err
+				}
 				cl, err := x.client()
 				if err != nil {
 					return err
@@ -248,6 +281,95 @@ Example:
 				var s query.Service
 				return x.read(func(ctx context.Context) (err error) { s, err = cl.CreateService(ctx, a.Org, a.Project, req); return }, func() error {
 					x.printf("Created service %s (%s).\n", a, source(s.Source))
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "update", usage: "change a service's source, web process or progress deadline", argsUsage: shapeService,
+			description: `Changes a service; what is not given stays. Running releases keep what they
+froze until the next deployment.
+
+Example:
+   nebula service update acme/shop/api --progress-deadline 10m
+   nebula service update acme/shop/api --image ghcr.io/acme/api:1.5 --replicas 3`,
+			flags: []cli.Flag{
+				&cli.StringFlag{Name: "image", Usage: "the image to run"},
+				&cli.StringFlag{Name: "git", Usage: "the Git repository to build from"},
+				&cli.StringFlag{Name: "branch", Usage: "the branch of --git"},
+				&cli.IntFlag{Name: "port", Usage: "the port the web process listens on"},
+				&cli.IntFlag{Name: "replicas", Usage: "how many web processes run"},
+				deadlineFlag(),
+			},
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeService)
+				if err != nil {
+					return err
+				}
+				req := api.ServiceRequest{Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
+				switch {
+				case req.Image != "" && req.GitURL != "":
+					return errors.New("give either --image or --git, not both")
+				case req.GitURL != "" && req.GitBranch == "":
+					return errors.New("--git needs --branch")
+				case req.GitURL == "" && req.GitBranch != "":
+					return errors.New("--branch goes with --git")
+				}
+				if x.IsSet("port") {
+					p := x.Int("port")
+					req.Port = &p
+				}
+				if x.IsSet("replicas") {
+					r := x.Int("replicas")
+					req.Replicas = &r
+				}
+				if err := x.deadline(&req); err != nil {
+					return err
+				}
+				if req.Image == "" && req.GitURL == "" && req.Port == nil && req.Replicas == nil && req.ProgressDeadlineSeconds == nil {
+					return errors.New("nothing to change: give --image, --git/--branch, --port, --replicas or --progress-deadline")
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var s query.Service
+				return x.read(func(ctx context.Context) (err error) {
+					s, err = cl.UpdateService(ctx, a.Org, a.Project, a.Service, req)
+					return
+				}, func() error {
+					x.printf("Updated service %s (%s; %s; progress deadline %s).\n", a, source(s.Source), processes(s.Processes), progressDeadline(s.ProgressDeadlineSeconds))
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "resume-deploys", usage: "resume a service's automatic deploys in an environment after a rollback", argsUsage: shapeTarget,
+			description: `A rollback pauses the automatic deploys of the service in its environment,
+so that the next push does not undo it. This resumes them.
+
+Example:
+   nebula service resume-deploys acme/shop/production/api`,
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeTarget)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var t api.TargetView
+				return x.read(func(ctx context.Context) (err error) {
+					t, err = cl.ResumeDeploys(ctx, a.Org, a.Project, a.Env, a.Service)
+					return
+				}, func() error {
+					if t.DeploysPaused != nil {
+						return errors.New("the automatic deploys are still paused")
+					}
+					x.printf("Automatic deploys of %s are resumed.\n", a)
 					return nil
 				})
 			},
@@ -335,8 +457,8 @@ func processes(ps []domain.Process) string {
 // changeSetNote tells that a change waits in a change set.
 func (x *cmdCtx) changeSetNote(a address, cs *query.ChangeSet) {
 	env := address{Org: a.Org, Project: a.Project, Env: a.Env}
-	x.printf("%s is protected: the change waits in change set %s for someone else's approval:\n\n    nebula changeset approve %s %s\n",
-		env, cs.ID, env, cs.ID)
+	x.printf("%s is protected: the change waits in change set %s (version %d) for someone else's review and approval:\n\n    nebula changeset show %s %s\n    nebula changeset approve %s %s --version %d\n",
+		env, cs.ID, cs.Version, env, cs.ID, env, cs.ID, cs.Version)
 }
 
 func varCommand() *cli.Command {
