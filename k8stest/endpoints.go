@@ -58,8 +58,10 @@ func (c *Cluster) WatchEndpoints(t testing.TB, namespace, service string) *Endpo
 			for ev := range w.ResultChan() {
 				s, ok := ev.Object.(*discoveryv1.EndpointSlice)
 				if !ok {
-					if ev.Type == watch.Error {
+					if ev.Type == watch.Error && ctx.Err() == nil {
 						t.Errorf("k8stest: the EndpointSlice watch of %s/%s failed: %v", namespace, service, ev.Object)
+					}
+					if ev.Type == watch.Error {
 						w.Stop()
 						return
 					}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -330,4 +331,56 @@ func TestSlowAndNeverReadyImages(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, 100*time.Millisecond, "a never-ready pod has a readiness Warning event")
+}
+
+// The EndpointWatch fails a test when a Service's EndpointSlice lists a pod
+// that is not ready, as the EndpointSlice controller does (ready: false) for
+// a selected pod that runs without being ready.
+func TestEndpointWatchCatchesAnUnreadyEndpoint(t *testing.T) {
+	c := k8stest.Shared(t)
+	cs := c.Client(t)
+	ns := c.Namespace(t)
+	ctx := t.Context()
+	rec := &errorRecorder{TB: t}
+	ew := c.WatchEndpoints(rec, ns, "web")
+	for name, image := range map[string]string{"ready": "registry.example/web:1", "unready": "registry.example/web-" + k8stest.NeverReady + ":1"} {
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "web"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: image, Ports: []corev1.ContainerPort{{ContainerPort: 80}}}}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	_, err := cs.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(rec.errors()) > 0 }, 30*time.Second, 100*time.Millisecond,
+		"the watch reports the unready pod")
+	require.Contains(t, rec.errors()[0], "lists pod unready")
+	require.Contains(t, rec.errors()[0], "with ready false")
+	require.Eventually(t, func() bool { return fmt.Sprint(ew.Pods()) == "[ready]" }, 30*time.Second, 100*time.Millisecond,
+		"Pods lists the ready one")
+}
+
+// errorRecorder captures Errorf instead of failing the real test.
+type errorRecorder struct {
+	testing.TB
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *errorRecorder) Helper() {}
+
+func (r *errorRecorder) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
+}
+
+func (r *errorRecorder) errors() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.msgs...)
 }
