@@ -176,7 +176,7 @@ func (c *Client) streamOnce(ctx context.Context, h *http.Client, path string, q 
 			if errors.Is(context.Cause(ctx), silent) {
 				err = silent
 			}
-			return progressed, transientError{c.transportError(err)}
+			return progressed, transientError{fmt.Errorf("the event stream from %s broke: %w", c.base, err)}
 		}
 		watchdog.Reset(idle)
 		switch {

@@ -27,7 +27,11 @@ func (x *cmdCtx) printDeploy(a address, res api.DeployResponse) error {
 	if res.Deployment == nil || res.Release == nil {
 		return errors.New("the control plane answered without a deployment")
 	}
-	x.printf("Deploying %s: release %d, image %s\n", a, res.Release.Number, res.Release.Image)
+	if res.Deployment.Rollback {
+		x.printf("Rolling %s back to release %d, image %s\n", a, res.Release.Number, res.Release.Image)
+	} else {
+		x.printf("Deploying %s: release %d, image %s\n", a, res.Release.Number, res.Release.Image)
+	}
 	if !x.Bool("wait") {
 		x.printf("deployment %s is %s; follow it with: nebula deployments watch %s %s\n", res.Deployment.ID, res.Deployment.Status, a, res.Deployment.ID)
 	}

@@ -58,6 +58,9 @@ var streamIdle = client.DefaultIdleTimeout
 // spinnerFrames turn on the line that shows where a rollout stands.
 var spinnerFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
 
+// stdoutIsTerminal says whether the watch may redraw a line (tests fake it).
+var stdoutIsTerminal = isTerminal
+
 // isTerminal reports whether w is a terminal.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
@@ -99,7 +102,7 @@ func watchDeployment(x *cmdCtx, cl *client.Client, a address, id string, timeout
 	parent := x.Context.Context
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	w := &watcher{x: x, a: a, tty: isTerminal(x.out) && !x.Bool("json"), json: x.Bool("json"), now: timeNow}
+	w := &watcher{x: x, a: a, tty: stdoutIsTerminal(x.out) && !x.Bool("json"), json: x.Bool("json"), now: timeNow}
 	events := make(chan client.DeploymentEvent)
 	done := make(chan error, 1)
 	go func() {
