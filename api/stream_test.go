@@ -432,3 +432,88 @@ func TestEnvironmentEventStream(t *testing.T) {
 	out := login(t, r.c, "out@example.com")
 	r.must(r.c.do("GET", env+"/events", out, nil), 404)
 }
+
+// A change set's read shows its version and what it changes; an approval
+// names the version (422 without, 409 for another); a rollback pauses
+// automatic deploys until resume-deploys; services keep their deadline.
+func TestChangeSetsRollbackPausesAndDeadlines(t *testing.T) {
+	t.Parallel()
+	r := newRollout(t)
+	prod := "/api/v1/orgs/acme/projects/shop/environments/production"
+	set := func(name, value string, secret bool) api.VariablesResponse {
+		var v api.VariablesResponse
+		r.must(r.c.do("PUT", prod+"/services/api/variables", r.root,
+			map[string]any{"variables": []map[string]any{{"name": name, "value": value, "secret": secret}}}), 202).json(t, &v)
+		require.NotNil(t, v.ChangeSet)
+		return v
+	}
+	first := set("LOG_LEVEL", "warn", false)
+	require.Equal(t, 1, first.ChangeSet.Version)
+	second := set("API_KEY", "s3cr3t-value", true)
+	require.Equal(t, first.ChangeSet.ID, second.ChangeSet.ID, "the same person's changes join the open change set")
+	require.Equal(t, 2, second.ChangeSet.Version)
+	id := first.ChangeSet.ID
+
+	var cs api.ChangeSetView
+	res := r.must(r.c.do("GET", prod+"/changesets/"+id, r.root, nil), 200)
+	require.NotContains(t, string(res.body), "s3cr3t-value")
+	res.json(t, &cs)
+	require.Equal(t, 2, cs.Version)
+	require.Equal(t, "open", cs.Status)
+	require.Len(t, cs.Diff, 2)
+	require.Equal(t, query.DiffSetVariable, cs.Diff[0].Kind)
+	require.Equal(t, "api", cs.Diff[0].Service)
+	require.Nil(t, cs.Diff[0].Old, "not set yet")
+	require.Equal(t, "warn", *cs.Diff[0].New)
+	require.True(t, cs.Diff[1].Secret)
+	require.Equal(t, query.Masked, *cs.Diff[1].New)
+	r.must(r.c.do("GET", prod+"/changesets/"+id[:len(id)-1]+"0", r.root, nil), 404)
+	r.must(r.c.do("GET", "/api/v1/orgs/acme/projects/shop/environments/staging/changesets/"+id, r.root, nil), 404)
+	var open []query.ChangeSet
+	r.must(r.c.do("GET", prod+"/changesets?status=open", r.root, nil), 200).json(t, &open)
+	require.Len(t, open, 1)
+	require.Equal(t, 2, open[0].Version)
+	r.must(r.c.do("GET", prod+"/changesets?status=expired", r.root, nil), 200)
+	r.must(r.c.do("GET", prod+"/changesets?status=lost", r.root, nil), 400)
+
+	r.must(r.c.do("POST", "/api/v1/users", r.root, map[string]any{"email": "bob@example.com", "password": "correct horse battery staple"}), 201)
+	r.must(r.c.do("POST", "/api/v1/orgs/acme/members", r.root, map[string]any{"email": "bob@example.com", "role": "admin"}), 201)
+	bob := login(t, r.c, "bob@example.com")
+	r.must(r.c.do("POST", prod+"/changesets/"+id+"/approve", bob, map[string]any{}), 422)
+	res = r.must(r.c.do("POST", prod+"/changesets/"+id+"/approve", bob, map[string]any{"version": 1}), 409)
+	_, msg := res.errorCode(t)
+	require.Contains(t, msg, "review it again")
+	var decided query.ChangeSet
+	r.must(r.c.do("POST", prod+"/changesets/"+id+"/approve", bob, map[string]any{"version": 2}), 200).json(t, &decided)
+	require.Equal(t, "approved", decided.Status)
+
+	// A rollback pauses the automatic deploys of the service there.
+	r.deploy()
+	r.deploy()
+	var rb api.DeployResponse
+	r.must(r.c.do("POST", target+"/rollback", r.root, map[string]any{"release": 1}), 202).json(t, &rb)
+	require.True(t, rb.Deployment.Rollback)
+	var tv api.TargetView
+	r.must(r.c.do("GET", target, r.root, nil), 200).json(t, &tv)
+	require.NotNil(t, tv.DeploysPaused)
+	require.NotEmpty(t, tv.DeploysPaused.Reason)
+	require.Contains(t, tv.DeploysPaused.PausedBy, "root@example.com")
+	require.Equal(t, rb.Deployment.ID, tv.LatestDeployment.ID)
+	require.Equal(t, 1, tv.CurrentRelease.Number)
+	viewer := "viewer@example.com"
+	r.must(r.c.do("POST", "/api/v1/users", r.root, map[string]any{"email": viewer, "password": "correct horse battery staple"}), 201)
+	r.must(r.c.do("POST", "/api/v1/orgs/acme/members", r.root, map[string]any{"email": viewer, "role": "viewer"}), 201)
+	r.must(r.c.do("POST", target+"/resume-deploys", login(t, r.c, viewer), nil), 403)
+	var resumed api.TargetView
+	r.must(r.c.do("POST", target+"/resume-deploys", r.root, nil), 200).json(t, &resumed)
+	require.Nil(t, resumed.DeploysPaused)
+	r.must(r.c.do("POST", target+"/resume-deploys", r.root, nil), 200)
+
+	// The progress deadline: kept by a change that does not name it.
+	var svc query.Service
+	r.must(r.c.do("PATCH", "/api/v1/orgs/acme/projects/shop/services/api", r.root, map[string]any{"replicas": 3}), 200).json(t, &svc)
+	require.Equal(t, 900, svc.ProgressDeadlineSeconds)
+	r.must(r.c.do("PATCH", "/api/v1/orgs/acme/projects/shop/services/api", r.root, map[string]any{"progressDeadlineSeconds": 0}), 200).json(t, &svc)
+	require.Equal(t, 0, svc.ProgressDeadlineSeconds)
+	r.must(r.c.do("PATCH", "/api/v1/orgs/acme/projects/shop/services/api", r.root, map[string]any{"progressDeadlineSeconds": 90000}), 422)
+}
