@@ -220,11 +220,13 @@ func TestEndToEnd(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return ready("api-web-r1") && ready("worker-web-r1") && ready("db-web-r1") },
 		90*time.Second, 200*time.Millisecond, "Deployments appear and their pods become Ready")
-	_, err = admin.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
-	require.NoError(t, err)
-	ings, err := admin.NetworkingV1().Ingresses(ns).List(ctx, metav1.ListOptions{})
-	require.NoError(t, err)
-	require.Len(t, ings.Items, 1)
+	// The Service and Ingress come once the pods are ready (the rollout's switch).
+	var ings *networkingv1.IngressList
+	require.Eventually(t, func() bool {
+		_, err := admin.CoreV1().Services(ns).Get(ctx, "api", metav1.GetOptions{})
+		ings, _ = admin.NetworkingV1().Ingresses(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && ings != nil && len(ings.Items) == 1
+	}, 30*time.Second, 200*time.Millisecond, "the Service and Ingress appear at the switch")
 	require.Equal(t, "api.example.com", ings.Items[0].Spec.Rules[0].Host)
 	// The leader reports nodes, workloads and container logs.
 	require.Eventually(t, func() bool {
