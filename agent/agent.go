@@ -187,6 +187,9 @@ func (a *Agent) elect(ctx context.Context) {
 					a.cfg.Logger.Info("standing by", "identity", a.cfg.Identity)
 					a.leader.Store(false)
 					a.stages.reset()
+					a.mu.Lock()
+					clear(a.due)
+					a.mu.Unlock()
 				},
 			},
 		})

@@ -71,18 +71,24 @@ func transient(res reconcile.Result, err error) bool {
 func (a *Agent) pass(ctx context.Context, ds transport.DesiredState) (reconcile.Result, error) {
 	res, err := a.rec.Apply(ctx, ds.Revision, ds.Hash, ds.Document)
 	if err == nil && !res.Ignored && a.leader.Load() {
-		for _, r := range a.stages.observe(ds.EnvironmentID, res.Rollouts, time.Now().UTC()) {
+		for _, r := range a.stages.observe(ds.EnvironmentID, res.Rollouts, res.Services, time.Now().UTC()) {
 			a.send(transport.TypeStage, r)
 		}
 	}
-	a.schedule(ds.EnvironmentID, res, err)
+	a.schedule(ds, res, err)
 	return res, err
 }
 
-// schedule records when the environment's next pass is due.
-func (a *Agent) schedule(env string, res reconcile.Result, err error) {
+// schedule records when the environment's next pass is due. A pass of a
+// desired state that is no longer the latest (a newer one arrived while it
+// ran) leaves the schedule to the newer one's passes.
+func (a *Agent) schedule(ds transport.DesiredState, res reconcile.Result, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	env := ds.EnvironmentID
+	if cur, ok := a.latest[env]; !ok || cur.Revision != ds.Revision || cur.Hash != ds.Hash {
+		return
+	}
 	now := time.Now()
 	switch {
 	case transient(res, err):
@@ -109,6 +115,15 @@ func (a *Agent) progressLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		if !a.leader.Load() {
+			// A standby reconciles nothing; becoming the leader wakes it.
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.wake:
+			}
+			continue
+		}
 		a.mu.Lock()
 		wait := time.Hour
 		now := time.Now()
@@ -273,26 +288,36 @@ type stageEntry struct {
 
 func newStageTracker() *stageTracker { return &stageTracker{last: map[stageKey]*stageEntry{}} }
 
-// observe takes an environment's rollouts after a pass and returns the
+// observe takes an environment's rollouts and service outcomes after a
+// pass and returns the
 // reports to send: every stage reached since the last report, in order, even
 // when one pass went through several of them; one report when only the pod
 // counts or the detail changed; nothing when nothing did. A rollout seen for
 // the first time already complete, with nothing done, is reported as
 // succeeded only (this replica just started or took over: the control
 // plane may have missed the end). Rollouts of documents without a
-// deployment id are not reported.
-func (t *stageTracker) observe(env string, rollouts []reconcile.Rollout, now time.Time) []transport.StageReport {
+// deployment id are not reported. A service with no rollout in this pass
+// (an error before its objects were applied) keeps what was reported, so a
+// passing error does not make the stages start over.
+func (t *stageTracker) observe(env string, rollouts []reconcile.Rollout, services []reconcile.Outcome, now time.Time) []transport.StageReport {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	seen := map[string]bool{}
+	// Followed: the services of the document that are not held, less those
+	// whose rollout has no deployment id.
+	followed := map[string]bool{}
+	for _, o := range services {
+		if o.State != reconcile.StateHeld {
+			followed[o.Service] = true
+		}
+	}
 	var out []transport.StageReport
 	for _, ro := range rollouts {
 		k := stageKey{env, ro.Service}
 		idx := reconcile.StageIndex(ro.Stage)
 		if ro.DeploymentID == "" || idx < 0 {
+			delete(followed, ro.Service)
 			continue
 		}
-		seen[ro.Service] = true
 		cur := transport.StageReport{EnvironmentID: env, DeploymentID: ro.DeploymentID, Service: ro.Service, Release: ro.Release,
 			Stage: ro.Stage, Ready: ro.Ready, Desired: ro.Desired, Detail: ro.Detail, Time: now}
 		prev := t.last[k]
@@ -332,10 +357,10 @@ func (t *stageTracker) observe(env string, rollouts []reconcile.Rollout, now tim
 		}
 		t.last[k] = e
 	}
-	// Services gone from the document, held, failed before their release
-	// was applied or without a deployment id are no longer followed.
+	// Services gone from the document, held or without a deployment id are
+	// no longer followed.
 	for k := range t.last {
-		if k.env == env && !seen[k.service] {
+		if k.env == env && !followed[k.service] {
 			delete(t.last, k)
 		}
 	}

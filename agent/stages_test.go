@@ -39,20 +39,26 @@ func TestStageReportsEachStageOnceInOrder(t *testing.T) {
 	ro := func(dep string, rel int, stage string, ready int, detail string) reconcile.Rollout {
 		return reconcile.Rollout{Service: "api", DeploymentID: dep, Release: rel, Stage: stage, Ready: ready, Desired: 2, Detail: detail, Changed: true}
 	}
+	applied := []reconcile.Outcome{{Service: "api", State: reconcile.StateApplied}}
 	observe := func(at time.Duration, rs ...reconcile.Rollout) []string {
-		return stagesOf(tr.observe("env", rs, t0.Add(at)))
+		return stagesOf(tr.observe("env", rs, applied, t0.Add(at)))
 	}
 
 	// Applied and found not ready in one pass: starting, then probing.
 	require.Equal(t, []string{"d1 starting 0/2", "d1 probing 0/2"}, observe(0, ro("d1", 1, reconcile.StageProbing, 0, "")))
 	require.Empty(t, observe(time.Second, ro("d1", 1, reconcile.StageProbing, 0, "")), "nothing changed, nothing sent")
 	require.Equal(t, []string{"d1 probing 1/2"}, observe(2*time.Second, ro("d1", 1, reconcile.StageProbing, 1, "")), "a pod became ready")
-	got := tr.observe("env", []reconcile.Rollout{ro("d1", 1, reconcile.StageProbing, 1, "CrashLoopBackOff")}, t0.Add(3*time.Second))
+	got := tr.observe("env", []reconcile.Rollout{ro("d1", 1, reconcile.StageProbing, 1, "CrashLoopBackOff")}, applied, t0.Add(3*time.Second))
 	require.Len(t, got, 1)
 	require.Equal(t, "CrashLoopBackOff", got[0].Detail, "the detail changed")
 	require.Equal(t, t0.Add(3*time.Second), got[0].Time)
 	require.Equal(t, "env", got[0].EnvironmentID)
 	require.Equal(t, 1, got[0].Release)
+
+	// A pass that met an error before the rollout (a transient one, say)
+	// has no rollout of it: the stages do not start over.
+	require.Empty(t, tr.observe("env", nil, []reconcile.Outcome{{Service: "api", State: reconcile.StateRetrying}}, t0.Add(3*time.Second)))
+	require.Equal(t, []string{"d1 probing 1/2"}, stagesOf(tr.current(t0.Add(3*time.Second), justFinished)))
 
 	// Ready, switched and past the grace in one pass: each stage, in order.
 	require.Equal(t, []string{"d1 switching 2/2", "d1 retiring 2/2", "d1 succeeded 2/2"},
@@ -87,9 +93,14 @@ func TestStageReportsEachStageOnceInOrder(t *testing.T) {
 	require.Equal(t, []string{"d3 starting 2/2", "d3 probing 2/2", "d3 switching 2/2", "d3 retiring 2/2"},
 		observe(12*time.Second, ro("d3", 3, reconcile.StageRetiring, 2, "")))
 
-	// A service gone from the document is forgotten.
-	require.Empty(t, observe(13*time.Second))
+	// A held service, or one gone from the document, is forgotten.
+	require.Empty(t, tr.observe("env", nil, []reconcile.Outcome{{Service: "api", State: reconcile.StateHeld}}, t0.Add(13*time.Second)))
 	require.Empty(t, tr.current(t0.Add(13*time.Second), justFinished))
+	require.Equal(t, []string{"d3 starting 2/2", "d3 probing 2/2", "d3 switching 2/2", "d3 retiring 2/2"},
+		observe(14*time.Second, ro("d3", 3, reconcile.StageRetiring, 2, "")))
+	applied = nil
+	require.Empty(t, observe(15*time.Second))
+	require.Empty(t, tr.current(t0.Add(15*time.Second), justFinished))
 }
 
 func TestBackoffDoublesWithinBoundsAndJitters(t *testing.T) {

@@ -35,9 +35,9 @@ type liveObject struct {
 // deploymentStatus is what the reconcile needs to know whether a
 // Deployment's pods are all ready with its current spec.
 type deploymentStatus struct {
-	generation, observed    int64
-	replicas                int32 // spec.replicas; 1 when unset, as the API server defaults it
-	ready, updated, current int32
+	generation, observed int64
+	replicas             int32 // spec.replicas; 1 when unset, as the API server defaults it
+	ready, updated       int32
 }
 
 // settled reports whether the Deployment runs want pods of its current spec,
@@ -105,7 +105,7 @@ func (r *Reconciler) list(ctx context.Context, ns string, k kind) (map[string]li
 			for _, o := range l.Items {
 				meta, datas = append(meta, o.ObjectMeta), append(datas, nil)
 				st := deploymentStatus{generation: o.Generation, observed: o.Status.ObservedGeneration, replicas: 1,
-					ready: o.Status.ReadyReplicas, updated: o.Status.UpdatedReplicas, current: o.Status.Replicas}
+					ready: o.Status.ReadyReplicas, updated: o.Status.UpdatedReplicas}
 				if o.Spec.Replicas != nil {
 					st.replicas = *o.Spec.Replicas
 				}
