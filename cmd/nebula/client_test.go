@@ -293,7 +293,8 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, out, "release 2")
 	require.Regexp(t, `(?m)^2\s+\*\s+\S+@sha256:`, c.ok("releases", "acme/shop/staging/api"))
 	out = c.ok("rollback", "acme/shop/staging/api", "--release", "1")
-	require.Contains(t, out, "Deploying acme/shop/staging/api")
+	require.Contains(t, out, "Rolling acme/shop/staging/api back to release 1")
+	require.Contains(t, out, "follow it with: nebula deployments watch acme/shop/staging/api ")
 	require.Contains(t, c.fails("rollback", "acme/shop/staging/api"), "--release N")
 	var deps []query.Deployment
 	c.json(&deps, "deployments", "acme/shop/staging/api")
