@@ -9,12 +9,15 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/projections"
 	"github.com/nebulactrl/nebulactrl/query"
 	"github.com/nebulactrl/nebulactrl/telemetry"
+	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 // CreateProjectRequest creates a project.
@@ -571,9 +574,9 @@ func (a *API) listDeployments(w http.ResponseWriter, r *http.Request, c *call) (
 
 // deploymentIn finds a deployment of the service in the environment the
 // path names; "latest" names the newest.
-func (a *API) deploymentIn(ctx context.Context, c *call, id string) (query.Deployment, error) {
+func (a *API) deploymentIn(ctx context.Context, q eventstore.Querier, c *call, id string) (query.Deployment, error) {
 	if id == "latest" {
-		ds, err := query.Deployments(ctx, a.pool, c.env.ID, c.service.ID, 1)
+		ds, err := query.Deployments(ctx, q, c.env.ID, c.service.ID, 1)
 		if err != nil {
 			return query.Deployment{}, err
 		}
@@ -582,7 +585,7 @@ func (a *API) deploymentIn(ctx context.Context, c *call, id string) (query.Deplo
 		}
 		return ds[0], nil
 	}
-	d, err := query.DeploymentByID(ctx, a.pool, id)
+	d, err := query.DeploymentByID(ctx, q, id)
 	if err != nil || d.EnvironmentID != c.env.ID || d.ServiceID != c.service.ID {
 		if err != nil && !isNotFound(err) {
 			return query.Deployment{}, err
@@ -593,25 +596,38 @@ func (a *API) deploymentIn(ctx context.Context, c *call, id string) (query.Deplo
 }
 
 // deploymentView reads a deployment again, with its blockers.
-func (a *API) deploymentView(ctx context.Context, c *call, id string) (DeploymentView, error) {
-	d, err := a.deploymentIn(ctx, c, id)
+func (a *API) deploymentView(ctx context.Context, q eventstore.Querier, c *call, id string) (DeploymentView, error) {
+	d, err := a.deploymentIn(ctx, q, c, id)
 	if err != nil {
 		return DeploymentView{}, err
 	}
-	st, err := a.clusterStatus(ctx, c.env.ClusterID)
+	st, err := query.StatusOfCluster(ctx, q, c.env.ClusterID, a.cfg.Now(), transport.DisconnectedAfter)
 	if err != nil {
 		return DeploymentView{}, err
 	}
 	return DeploymentView{Deployment: d, Blockers: blockers(d, st)}, nil
 }
 
+// deploymentAndStages reads a deployment and its stages after seq after as
+// of one moment: a deployment read as over comes with the stage that ended
+// it, and the stages come with the deployment's reason and supersededBy.
+func (a *API) deploymentAndStages(ctx context.Context, c *call, id string, after int) (DeploymentView, []query.DeploymentStage, error) {
+	tx, err := a.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return DeploymentView{}, nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	v, err := a.deploymentView(ctx, tx, c, id)
+	if err != nil {
+		return v, nil, err
+	}
+	stages, err := query.DeploymentStages(ctx, tx, v.ID, after)
+	return v, stages, err
+}
+
 func (a *API) getDeployment(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	ctx := r.Context()
-	v, err := a.deploymentView(ctx, c, r.PathValue("deployment"))
-	if err != nil {
-		return 0, nil, err
-	}
-	stages, err := query.DeploymentStages(ctx, a.pool, v.ID, 0)
+	v, stages, err := a.deploymentAndStages(ctx, c, r.PathValue("deployment"), 0)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -641,7 +657,7 @@ func (a *API) targetView(ctx context.Context, c *call) (TargetView, error) {
 			v.CurrentRelease = &rels[i]
 		}
 	}
-	if d, err := a.deploymentView(ctx, c, "latest"); err == nil {
+	if d, err := a.deploymentView(ctx, a.pool, c, "latest"); err == nil {
 		v.LatestDeployment = &d
 	} else if !isNotFound(err) {
 		return v, err

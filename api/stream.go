@@ -221,7 +221,7 @@ func (a *API) deploymentEvents(w http.ResponseWriter, r *http.Request, c *call) 
 		if err != nil {
 			return 0, nil, err
 		}
-		v, err := a.deploymentView(ctx, c, r.PathValue("deployment"))
+		v, err := a.deploymentView(ctx, a.pool, c, r.PathValue("deployment"))
 		if err != nil {
 			return 0, nil, err
 		}
@@ -236,13 +236,10 @@ func (a *API) deploymentEvents(w http.ResponseWriter, r *http.Request, c *call) 
 		sent := watchKey(v)
 		cursor := int(min(after, 1<<30))
 		a.follow(ctx, r, c.route, s, func(ctx context.Context) (bool, error) {
-			// The deployment first, its stages second: a deployment read
-			// as over has its last stage committed with it.
-			v, err := a.deploymentView(ctx, c, id)
-			if err != nil {
-				return false, err
-			}
-			stages, err := query.DeploymentStages(ctx, a.pool, id, cursor)
+			// Both as of one moment (and no connection held while the
+			// events are written): a deployment read as over comes with
+			// the stage that ended it, and a stage with the reason.
+			v, stages, err := a.deploymentAndStages(ctx, c, id, cursor)
 			if err != nil {
 				return false, err
 			}

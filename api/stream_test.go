@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -242,7 +243,7 @@ func TestDeploymentEventStream(t *testing.T) {
 	var latest api.DeploymentDetail
 	r.must(r.c.do("GET", target+"/deployments/latest", r.root, nil), 200).json(t, &latest)
 	require.Equal(t, id, latest.ID)
-	r.must(r.c.do("GET", target+"/deployments/"+id[:len(id)-1]+"0", r.root, nil), 404)
+	r.must(r.c.do("GET", target+"/deployments/"+uuid.NewString(), r.root, nil), 404)
 	r.must(r.c.do("GET", "/api/v1/orgs/acme/projects/shop/environments/production/services/api/deployments/"+id, r.root, nil), 404)
 	var tv api.TargetView
 	r.must(r.c.do("GET", target, r.root, nil), 200).json(t, &tv)
@@ -467,7 +468,7 @@ func TestChangeSetsRollbackPausesAndDeadlines(t *testing.T) {
 	require.Equal(t, "warn", *cs.Diff[0].New)
 	require.True(t, cs.Diff[1].Secret)
 	require.Equal(t, query.Masked, *cs.Diff[1].New)
-	r.must(r.c.do("GET", prod+"/changesets/"+id[:len(id)-1]+"0", r.root, nil), 404)
+	r.must(r.c.do("GET", prod+"/changesets/"+uuid.NewString(), r.root, nil), 404)
 	r.must(r.c.do("GET", "/api/v1/orgs/acme/projects/shop/environments/staging/changesets/"+id, r.root, nil), 404)
 	var open []query.ChangeSet
 	r.must(r.c.do("GET", prod+"/changesets?status=open", r.root, nil), 200).json(t, &open)
