@@ -189,6 +189,10 @@ func TestWaitForDeployments(t *testing.T) {
 	first := w.id(t)
 	agent.delivered(first)
 	agent.report(first, domain.StatusStarting, 0, 2)
+	// The stall flag shows when it is raised.
+	_, err = cmd.Deployment(t.Context(), command.Context{Actor: domain.System("test")}, org.ID, first, domain.CheckStall{StallTimeout: time.Nanosecond})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.Contains(w.out.String(), "! stalled: no progress since") }, 10*time.Second, 20*time.Millisecond)
 	res, err := cl.Deploy(t.Context(), "acme", "shop", "staging", "api", "")
 	require.NoError(t, err)
 	code, out = w.wait(t)
