@@ -199,6 +199,9 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	// Event streams never end on their own: shutting down ends them, and
+	// their clients resume on another replica with Last-Event-ID.
+	srv.RegisterOnShutdown(a.CloseStreams)
 	errc := make(chan error, 1)
 	go func() {
 		if cfg.TLSCert != "" {

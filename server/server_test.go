@@ -233,3 +233,36 @@ func TestGracefulShutdownFinishesRequestsInFlight(t *testing.T) {
 	_, err := http.Get(s.URL + "/healthz")
 	require.Error(t, err, "the server is gone after shutdown")
 }
+
+// An open event stream never holds a shutdown up: it ends, and its client
+// resumes elsewhere with Last-Event-ID.
+func TestShutdownEndsEventStreams(t *testing.T) {
+	t.Parallel()
+	s := servertest.Start(t, servertest.Options{})
+	root := s.Setup(t, "root@example.com", "acme")
+	for _, p := range []struct{ path, body string }{
+		{"/projects", `{"name":"shop"}`},
+		{"/clusters", `{"name":"eu-1"}`},
+		{"/projects/shop/environments", `{"name":"staging","cluster":"eu-1"}`},
+	} {
+		req, _ := http.NewRequest("POST", s.URL+"/api/v1/orgs/acme"+p.path, strings.NewReader(p.body))
+		req.Header.Set("Authorization", "Bearer "+root)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 201, resp.StatusCode, p.path)
+	}
+	req, _ := http.NewRequest("GET", s.URL+"/api/v1/orgs/acme/projects/shop/environments/staging/events", nil)
+	req.Header.Set("Authorization", "Bearer "+root)
+	stream, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer stream.Body.Close()
+	require.Equal(t, 200, stream.StatusCode)
+	require.Equal(t, "text/event-stream", strings.Split(stream.Header.Get("Content-Type"), ";")[0])
+
+	start := time.Now()
+	s.Stop()
+	require.Less(t, time.Since(start), 10*time.Second, "the stream ended with the shutdown")
+	_, err = io.Copy(io.Discard, stream.Body)
+	require.NoError(t, err, "the stream ends cleanly")
+}
