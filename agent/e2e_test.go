@@ -113,6 +113,8 @@ type runningAgent struct {
 	done   chan error
 }
 
+// startAgent runs an agent replica with the test's short timings (a 1 s
+// retire grace among them).
 func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string) *runningAgent {
 	t.Helper()
 	// The agent authenticates as the manifest's service account: its RBAC is
@@ -135,7 +137,7 @@ func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string) *
 		Version:  "1.0.0",
 		Identity: name, LeaseNamespace: install.AgentNamespace, LeaseName: install.AgentName,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
-		ReportEvery: time.Second,
+		ReportEvery: time.Second, RetireGrace: time.Second,
 	})
 	require.NoError(t, err)
 	ra := &runningAgent{name: name, a: a, cancel: cancel, done: make(chan error, 1)}

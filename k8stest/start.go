@@ -228,6 +228,11 @@ func start(opts Options) (_ *Cluster, err error) {
 		// server dials for pods/log, so it must be where kwok listens.
 		"--node-port", strconv.Itoa(kwokPort),
 		"--server-address", kwokAddr,
+		// kwok renews each node's Lease, as a kubelet does: without it the
+		// node lifecycle controller finds the nodes silent after its grace
+		// period (about 50 s) and marks them and their pods not ready, which
+		// would end any longer test's rollouts.
+		"--node-lease-duration-seconds", "40",
 	)
 	if err != nil {
 		return nil, err
