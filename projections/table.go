@@ -28,6 +28,7 @@ type table struct {
 	insertOnly bool
 	rows       map[string][]any
 	order      []string
+	ordered    map[string]bool
 	updates    map[string]map[string]any
 	uorder     []string
 	deletes    map[string][]any
@@ -52,7 +53,7 @@ func newTable(name string, nkey int, colTypes ...string) *table {
 }
 
 func (t *table) reset() {
-	t.rows, t.order = map[string][]any{}, nil
+	t.rows, t.order, t.ordered = map[string][]any{}, nil, map[string]bool{}
 	t.updates, t.uorder = map[string]map[string]any{}, nil
 	t.deletes, t.dorder = map[string][]any{}, nil
 }
@@ -74,7 +75,10 @@ func (t *table) upsert(row ...any) {
 		panic(fmt.Sprintf("projections: %s takes %d columns, got %d", t.name, len(t.cols), len(row)))
 	}
 	k := rowKey(row[:t.nkey])
-	if _, ok := t.rows[k]; !ok {
+	// A row deleted and added again in one batch is written once: one
+	// statement may not touch the same row twice.
+	if !t.ordered[k] {
+		t.ordered[k] = true
 		t.order = append(t.order, k)
 	}
 	t.rows[k] = row

@@ -1,0 +1,215 @@
+package projections_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nebulactrl/nebulactrl/command"
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/projections"
+)
+
+// TestReplayEqualsLiveForAnyCommandSequence is the property "replay equals
+// live": random valid command sequences over every aggregate (members removed
+// and added again, services and environments deleted and recreated under the
+// same name, tokens revoked, join tokens and servers revoked and re-issued,
+// deployments through their stages, change sets), projected live in batches
+// of random sizes, rebuild from event 0 to exactly the same rows.
+func TestReplayEqualsLiveForAnyCommandSequence(t *testing.T) {
+	t.Parallel()
+	for seed := uint64(1); seed <= 2; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			runRandomCommands(t, b, rand.New(rand.NewPCG(seed, 42)), 350)
+			rep, err := projections.Replay(context.Background(), b.pool)
+			require.NoError(t, err)
+			require.True(t, rep.Equal(), "replay differs from live: %+v", rep)
+		})
+	}
+}
+
+// allowed are the refusals a random sequence runs into by design.
+func allowed(err error) bool {
+	for _, e := range []error{domain.ErrNotFound, domain.ErrConflict, domain.ErrForbidden, domain.ErrInvalid} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
+	ctx := context.Background()
+	users := []string{id(), id(), id()}
+	as := func(i int) command.Context {
+		return command.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: users[i], Name: fmt.Sprint("user", i)}, Person: users[i], RequestID: fmt.Sprint("req-", rng.IntN(1000))}
+	}
+	agent := command.Context{Actor: domain.Actor{Kind: domain.ActorAgent, ID: id(), Name: "agent-0"}}
+	must := func(_ command.Result, err error) {
+		t.Helper()
+		if err != nil && !allowed(err) {
+			require.NoError(t, err)
+		}
+	}
+	for i, u := range users {
+		must(b.cmd.User(ctx, as(i), u, domain.RegisterUser{UserID: u, Email: fmt.Sprintf("u%d@example.com", i), PasswordHash: "$2a$x", InstanceAdmin: i == 0}))
+	}
+	org, cluster, project := id(), id(), id()
+	must(b.cmd.Organisation(ctx, as(0), org, domain.CreateOrganisation{OrgID: org, Name: "acme", Owner: users[0]}))
+	must(b.cmd.Cluster(ctx, as(0), org, cluster, domain.CreateCluster{ClusterID: cluster, OrgID: org, Name: "eu-1",
+		JoinToken: domain.IssueJoinToken{TokenID: id(), TokenHash: "h", ExpiresAt: b.clock.Now().Add(24 * 365 * time.Hour)}}))
+	must(b.cmd.Project(ctx, as(0), org, project, domain.CreateProject{ProjectID: project, OrgID: org, Name: "shop"}))
+
+	names := []string{"api", "web", "db"}
+	services := map[string]string{} // name -> live id
+	envs := map[string]string{}     // name -> live id
+	var tokens, joinTokens, servers, deployments []string
+	pick := func(xs []string) string {
+		if len(xs) == 0 {
+			return id()
+		}
+		return xs[rng.IntN(len(xs))]
+	}
+	pickMap := func(m map[string]string) (string, string) {
+		keys := []string{"api", "web", "db", "staging", "production"}
+		for range 5 {
+			k := keys[rng.IntN(len(keys))]
+			if v, ok := m[k]; ok {
+				return k, v
+			}
+		}
+		return "", id()
+	}
+	for i := 0; i < n; i++ {
+		u := rng.IntN(len(users))
+		switch rng.IntN(16) {
+		case 0:
+			must(b.cmd.Organisation(ctx, as(0), org, domain.AddMember{UserID: users[1+rng.IntN(2)], Role: []domain.Role{domain.RoleAdmin, domain.RoleMember, domain.RoleViewer}[rng.IntN(3)]}))
+		case 1:
+			must(b.cmd.Organisation(ctx, as(0), org, domain.RemoveMember{UserID: users[1+rng.IntN(2)]}))
+		case 2:
+			must(b.cmd.Organisation(ctx, as(0), org, domain.ChangeMemberRole{UserID: users[1+rng.IntN(2)], Role: domain.RoleViewer}))
+		case 3:
+			tok := id()
+			tokens = append(tokens, tok)
+			must(b.cmd.User(ctx, as(u), users[u], domain.CreateToken{TokenID: tok, Name: fmt.Sprint("t", i), Scopes: []domain.Scope{domain.ScopeProjectsRead}, TokenHash: fmt.Sprint("h", i)}))
+		case 4:
+			must(b.cmd.User(ctx, as(u), users[u], domain.RevokeToken{TokenID: pick(tokens)}))
+		case 5:
+			jt := id()
+			joinTokens = append(joinTokens, jt)
+			must(b.cmd.Cluster(ctx, as(0), org, cluster, domain.IssueJoinToken{TokenID: jt, TokenHash: "h", ExpiresAt: b.clock.Now().Add(24 * 365 * time.Hour)}))
+		case 6:
+			if rng.IntN(2) == 0 {
+				must(b.cmd.Cluster(ctx, as(0), org, cluster, domain.RevokeJoinToken{TokenID: pick(joinTokens)}))
+			} else {
+				must(b.cmd.Cluster(ctx, as(0), org, cluster, domain.RevokeServer{ServerID: pick(servers)}))
+			}
+		case 7:
+			srv := id()
+			servers = append(servers, srv)
+			must(b.cmd.Cluster(ctx, agent, org, cluster, domain.RegisterServer{ServerID: srv, Name: fmt.Sprint("agent-", rng.IntN(3)), CredentialHash: "c", JoinTokenID: pick(joinTokens)}))
+			must(b.cmd.Server(ctx, agent, org, srv, domain.RecordConnection{ClusterID: cluster, ServerID: srv, Connected: rng.IntN(2) == 0, Version: "1.0.0"}))
+		case 8:
+			name := []string{"staging", "production"}[rng.IntN(2)]
+			if _, ok := envs[name]; ok {
+				must(b.cmd.Project(ctx, as(0), org, project, domain.DeleteEnvironment{EnvironmentID: envs[name]}))
+				delete(envs, name)
+			} else {
+				e := id()
+				envs[name] = e
+				must(b.cmd.Project(ctx, as(0), org, project, domain.CreateEnvironment{EnvironmentID: e, Name: name, ClusterID: cluster, Protected: name == "production"}))
+			}
+		case 9:
+			name := names[rng.IntN(len(names))]
+			if _, ok := services[name]; ok {
+				must(b.cmd.Project(ctx, as(0), org, project, domain.DeleteService{ServiceID: services[name]}))
+				delete(services, name)
+			} else {
+				s := id()
+				services[name] = s
+				must(b.cmd.Project(ctx, as(0), org, project, domain.CreateService{ServiceID: s, Name: name, Source: domain.Source{Image: name + ":1"},
+					Processes: []domain.Process{{Name: "web", Port: 8080, Replicas: 1}}}))
+			}
+		case 10, 11:
+			_, env := pickMap(envs)
+			_, svc := pickMap(services)
+			dep := id()
+			res, err := b.cmd.Project(ctx, as(u), org, project, domain.Deploy{EnvironmentID: env, ServiceID: svc, ReleaseID: id(), DeploymentID: dep, Image: digestOf(fmt.Sprint("img", i))})
+			must(res, err)
+			if err == nil && len(res.Events) > 1 {
+				deployments = append(deployments, dep)
+			}
+		case 12:
+			_, env := pickMap(envs)
+			_, svc := pickMap(services)
+			_, other := pickMap(services)
+			must(b.cmd.Project(ctx, as(u), org, project, domain.SetVariables{EnvironmentID: env, ServiceID: svc, Variables: []domain.Variable{
+				{Name: fmt.Sprint("V", rng.IntN(3)), Value: fmt.Sprint(i)}, {Name: "REF", Value: "${{ " + map[bool]string{true: "api", false: "db"}[other != svc] + ".HOST }}"}}}))
+		case 13:
+			_, env := pickMap(envs)
+			_, svc := pickMap(services)
+			host := fmt.Sprintf("h%d.example.com", rng.IntN(4))
+			if rng.IntN(2) == 0 {
+				must(b.cmd.Project(ctx, as(u), org, project, domain.AddDomain{EnvironmentID: env, ServiceID: svc, Host: host}))
+			} else {
+				must(b.cmd.Project(ctx, as(u), org, project, domain.RemoveDomain{EnvironmentID: env, Host: host}))
+			}
+		case 14:
+			// An agent reports a stage of a deployment it was given.
+			dep := pick(deployments)
+			stage := []domain.DeploymentStatus{domain.StatusStarting, domain.StatusProbing, domain.StatusSwitching, domain.StatusRetiring, domain.StatusSucceeded}[rng.IntN(5)]
+			must(b.cmd.Deployment(ctx, agent, org, dep, domain.ReportStage{ClusterID: cluster, Stage: stage, Ready: rng.IntN(3), Desired: 2}))
+		case 15:
+			// Change sets of the protected environment: someone approves or
+			// rejects one.
+			if env, ok := envs["production"]; ok {
+				_, svc := pickMap(services)
+				res, err := b.cmd.Project(ctx, as(u), org, project, domain.Scale{EnvironmentID: env, ServiceID: svc, Process: "web", Replicas: rng.IntN(4)})
+				must(res, err)
+				var cs string
+				version := 1
+				for _, e := range res.Events {
+					switch e := e.(type) {
+					case domain.ChangeSetOpened:
+						cs = e.ChangeSetID
+					case domain.ChangeSetChanged:
+						cs, version = e.ChangeSetID, e.Version
+					}
+				}
+				if cs != "" && rng.IntN(2) == 0 {
+					if rng.IntN(2) == 0 {
+						must(b.cmd.Project(ctx, as((u+1)%len(users)), org, project, domain.ApproveChangeSet{ChangeSetID: cs, Version: version}))
+					} else {
+						must(b.cmd.Project(ctx, as((u+1)%len(users)), org, project, domain.RejectChangeSet{ChangeSetID: cs, Reason: "no"}))
+					}
+				}
+			}
+		}
+		// Deliver what was compiled, as the reactions would, so that stage
+		// reports have deployments to land on.
+		if rng.IntN(10) == 0 {
+			b.catchUp(t)
+			for _, dep := range deployments {
+				var env, svc, rel string
+				if err := b.pool.QueryRow(ctx, `SELECT environment_id::text, service_id::text, release_id::text FROM deployments WHERE id = $1`, dep).Scan(&env, &svc, &rel); err != nil {
+					continue
+				}
+				must(b.cmd.Deployment(ctx, command.Context{Actor: domain.System("reactions")}, org, dep, domain.DeliverDeployment{
+					ProjectID: project, EnvironmentID: env, ServiceID: svc, ReleaseID: rel, ClusterID: cluster, Revision: 1}))
+			}
+		}
+		// Live projections see the events in batches of random sizes.
+		if rng.IntN(7) == 0 {
+			b.catchUp(t)
+		}
+	}
+	b.catchUp(t)
+}
