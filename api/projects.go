@@ -170,8 +170,22 @@ func (a *API) getProject(w http.ResponseWriter, r *http.Request, c *call) (int, 
 }
 
 func (a *API) deleteProject(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	_, err := a.projectCommand(r.Context(), r, c, domain.DeleteProject{})
-	return http.StatusNoContent, nil, err
+	return a.noContentOrChangeSet(r, c, domain.DeleteProject{})
+}
+
+// noContentOrChangeSet runs a command that happens at once (204), or waits in
+// a change set of a protected environment (202 with the change set).
+func (a *API) noContentOrChangeSet(r *http.Request, c *call, cmd domain.ProjectCommand) (int, any, error) {
+	ctx := r.Context()
+	res, err := a.projectCommand(ctx, r, c, cmd)
+	if err != nil {
+		return 0, nil, err
+	}
+	cs, err := a.changeSetOf(ctx, res)
+	if cs != nil || err != nil {
+		return http.StatusAccepted, cs, err
+	}
+	return http.StatusNoContent, nil, nil
 }
 
 func (a *API) listEnvironments(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -232,16 +246,19 @@ func (a *API) updateEnvironment(w http.ResponseWriter, r *http.Request, c *call)
 	if req.Protected != nil {
 		cmd.Protected = *req.Protected
 	}
-	if _, err := a.projectCommand(ctx, r, c, cmd); err != nil {
+	res, err := a.projectCommand(ctx, r, c, cmd)
+	if err != nil {
 		return 0, nil, err
+	}
+	if cs, err := a.changeSetOf(ctx, res); cs != nil || err != nil {
+		return http.StatusAccepted, cs, err
 	}
 	e, err := query.EnvironmentByName(ctx, a.pool, c.project.ID, c.env.Name)
 	return http.StatusOK, e, err
 }
 
 func (a *API) deleteEnvironment(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	_, err := a.projectCommand(r.Context(), r, c, domain.DeleteEnvironment{EnvironmentID: c.env.ID})
-	return http.StatusNoContent, nil, err
+	return a.noContentOrChangeSet(r, c, domain.DeleteEnvironment{EnvironmentID: c.env.ID})
 }
 
 func (a *API) listServices(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -322,8 +339,7 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request, c *call) (in
 }
 
 func (a *API) deleteService(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	_, err := a.projectCommand(r.Context(), r, c, domain.DeleteService{ServiceID: c.service.ID})
-	return http.StatusNoContent, nil, err
+	return a.noContentOrChangeSet(r, c, domain.DeleteService{ServiceID: c.service.ID})
 }
 
 func (a *API) listVariables(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {

@@ -85,15 +85,33 @@ type ReleaseRef struct {
 
 // Change is one of the commands above, as a change set stores it. Exactly one
 // field is set; the union is explicit so the stored form never depends on Go
-// type names.
+// type names. The last four are the project commands that wait in a change
+// set only when they touch a protected environment (see Project.guarded).
 type Change struct {
-	SetVariables   *SetVariables   `json:"setVariables,omitempty"`
-	UnsetVariables *UnsetVariables `json:"unsetVariables,omitempty"`
-	AddDomain      *AddDomain      `json:"addDomain,omitempty"`
-	RemoveDomain   *RemoveDomain   `json:"removeDomain,omitempty"`
-	Scale          *Scale          `json:"scale,omitempty"`
-	Deploy         *Deploy         `json:"deploy,omitempty"`
-	Rollback       *Rollback       `json:"rollback,omitempty"`
+	SetVariables      *SetVariables        `json:"setVariables,omitempty"`
+	UnsetVariables    *UnsetVariables      `json:"unsetVariables,omitempty"`
+	AddDomain         *AddDomain           `json:"addDomain,omitempty"`
+	RemoveDomain      *RemoveDomain        `json:"removeDomain,omitempty"`
+	Scale             *Scale               `json:"scale,omitempty"`
+	Deploy            *Deploy              `json:"deploy,omitempty"`
+	Rollback          *Rollback            `json:"rollback,omitempty"`
+	DeleteService     *DeleteServiceChange `json:"deleteService,omitempty"`
+	DeleteEnvironment *DeleteEnvironment   `json:"deleteEnvironment,omitempty"`
+	DeleteProject     *DeleteProjectChange `json:"deleteProject,omitempty"`
+	UpdateEnvironment *UpdateEnvironment   `json:"updateEnvironment,omitempty"`
+}
+
+// DeleteServiceChange is the deletion of a service that runs in the protected
+// environment EnvironmentID, waiting in that environment's change set.
+type DeleteServiceChange struct {
+	EnvironmentID string `json:"environmentId"`
+	ServiceID     string `json:"serviceId"`
+}
+
+// DeleteProjectChange is the deletion of a project with the protected
+// environment EnvironmentID, waiting in that environment's change set.
+type DeleteProjectChange struct {
+	EnvironmentID string `json:"environmentId"`
 }
 
 func asChange(cmd ProjectCommand) (Change, bool) {
@@ -132,6 +150,14 @@ func (c Change) environmentID() string {
 		return c.Deploy.EnvironmentID
 	case c.Rollback != nil:
 		return c.Rollback.EnvironmentID
+	case c.DeleteService != nil:
+		return c.DeleteService.EnvironmentID
+	case c.DeleteEnvironment != nil:
+		return c.DeleteEnvironment.EnvironmentID
+	case c.DeleteProject != nil:
+		return c.DeleteProject.EnvironmentID
+	case c.UpdateEnvironment != nil:
+		return c.UpdateEnvironment.EnvironmentID
 	}
 	return ""
 }
@@ -156,7 +182,18 @@ func (c Change) Describe() string {
 	case c.Deploy != nil:
 		return "deploy " + c.Deploy.Image
 	case c.Rollback != nil:
+		if c.Rollback.Release.Number > 0 {
+			return fmt.Sprintf("roll back to release %d", c.Rollback.Release.Number)
+		}
 		return "roll back to release " + c.Rollback.ReleaseID
+	case c.DeleteService != nil:
+		return "delete service " + c.DeleteService.ServiceID
+	case c.DeleteEnvironment != nil:
+		return "delete the environment"
+	case c.DeleteProject != nil:
+		return "delete the project"
+	case c.UpdateEnvironment != nil:
+		return fmt.Sprintf("set protected %t, cluster %s", c.UpdateEnvironment.Protected, c.UpdateEnvironment.ClusterID)
 	}
 	return "nothing"
 }
@@ -313,9 +350,30 @@ func (w *pending) apply(c Change, m Meta) error {
 		if !p.Paused[env.ID][r.ServiceID] {
 			w.emit(DeploymentsPaused{EnvironmentID: env.ID, ServiceID: r.ServiceID, Reason: fmt.Sprintf("rolled back to release %d", rel.Number)})
 		}
+	case c.DeleteService != nil:
+		return w.merge(p.decideDeleteService(c.DeleteService.ServiceID))
+	case c.DeleteEnvironment != nil:
+		return w.merge(p.decideDeleteEnvironment(c.DeleteEnvironment.EnvironmentID))
+	case c.DeleteProject != nil:
+		return w.merge(p.decideDeleteProject(), nil)
+	case c.UpdateEnvironment != nil:
+		return w.merge(p.decideUpdateEnvironment(*c.UpdateEnvironment))
 	default:
 		return invalidf("empty change")
 	}
+	return nil
+}
+
+// merge takes a decision made on the pending state into the change set's.
+func (w *pending) merge(d Decision, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, e := range d.Events {
+		w.emit(e)
+	}
+	w.d.Claims = append(w.d.Claims, d.Claims...)
+	w.d.Releases = append(w.d.Releases, d.Releases...)
 	return nil
 }
 

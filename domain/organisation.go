@@ -1,5 +1,7 @@
 package domain
 
+import "fmt"
+
 // Organisation is a tenant: its members own projects and clusters.
 type Organisation struct {
 	ID      string
@@ -57,6 +59,16 @@ func (o *Organisation) owners() int {
 	return n
 }
 
+// ownersOnly refuses a change that grants, changes or takes the Owner role
+// unless a person who is an Owner asks for it: an Admin cannot demote or
+// remove an Owner, nor make anyone one.
+func (o *Organisation) ownersOnly(touchesOwner bool, m Meta) error {
+	if touchesOwner && (m.Person == "" || o.Members[m.Person] != RoleOwner) {
+		return fmt.Errorf("%w: only an Owner grants, changes or removes the Owner role", ErrForbidden)
+	}
+	return nil
+}
+
 // Decide decides an organisation command.
 func (o *Organisation) Decide(cmd OrganisationCommand, m Meta) (Decision, error) {
 	if err := m.Validate(); err != nil {
@@ -94,6 +106,9 @@ func (o *Organisation) Decide(cmd OrganisationCommand, m Meta) (Decision, error)
 		if _, ok := o.Members[c.UserID]; ok {
 			return Decision{}, conflictf("user is already a member")
 		}
+		if err := o.ownersOnly(c.Role == RoleOwner, m); err != nil {
+			return Decision{}, err
+		}
 		return decided(MemberAdded{OrgID: o.ID, UserID: c.UserID, Role: c.Role}), nil
 	case ChangeMemberRole:
 		cur, ok := o.Members[c.UserID]
@@ -106,6 +121,9 @@ func (o *Organisation) Decide(cmd OrganisationCommand, m Meta) (Decision, error)
 		if cur == c.Role {
 			return Decision{}, nil
 		}
+		if err := o.ownersOnly(cur == RoleOwner || c.Role == RoleOwner, m); err != nil {
+			return Decision{}, err
+		}
 		if cur == RoleOwner && o.owners() == 1 {
 			return Decision{}, conflictf("the last owner of an organisation cannot be demoted")
 		}
@@ -114,6 +132,9 @@ func (o *Organisation) Decide(cmd OrganisationCommand, m Meta) (Decision, error)
 		cur, ok := o.Members[c.UserID]
 		if !ok {
 			return Decision{}, notFoundf("member")
+		}
+		if err := o.ownersOnly(cur == RoleOwner, m); err != nil {
+			return Decision{}, err
 		}
 		if cur == RoleOwner && o.owners() == 1 {
 			return Decision{}, conflictf("the last owner of an organisation cannot be removed")

@@ -365,14 +365,14 @@ func (p *Project) Decide(cmd ProjectCommand, m Meta) (Decision, error) {
 		}
 		return p.decideChange(c, m)
 	}
+	// Changes that alter what runs in a protected environment, or who may
+	// change it, wait for someone else's approval like any other change.
+	if c, env, ok := p.guarded(cmd); ok {
+		return p.openChangeSet(env, c, m)
+	}
 	switch c := cmd.(type) {
 	case DeleteProject:
-		var releases []NameClaim
-		releases = append(releases, NameClaim{projectNameScope(p.OrgID), p.Name})
-		for _, host := range sortedKeys(p.Domains) {
-			releases = append(releases, NameClaim{domainHostScope(), host})
-		}
-		return Decision{Events: []Event{ProjectDeleted{ProjectID: p.ID}}, Releases: releases}, nil
+		return p.decideDeleteProject(), nil
 	case CreateEnvironment:
 		if err := ValidateID("environment", c.EnvironmentID); err != nil {
 			return Decision{}, err
@@ -391,25 +391,9 @@ func (p *Project) Decide(cmd ProjectCommand, m Meta) (Decision, error) {
 		}
 		return decided(EnvironmentCreated{EnvironmentID: c.EnvironmentID, Name: c.Name, ClusterID: c.ClusterID, Protected: c.Protected}), nil
 	case UpdateEnvironment:
-		env, err := p.environment(c.EnvironmentID)
-		if err != nil {
-			return Decision{}, err
-		}
-		if err := ValidateID("cluster", c.ClusterID); err != nil {
-			return Decision{}, err
-		}
-		if env.ClusterID == c.ClusterID && env.Protected == c.Protected {
-			return Decision{}, nil
-		}
-		return decided(EnvironmentUpdated{EnvironmentID: env.ID, ClusterID: c.ClusterID, Protected: c.Protected}), nil
+		return p.decideUpdateEnvironment(c)
 	case DeleteEnvironment:
-		env, err := p.environment(c.EnvironmentID)
-		if err != nil {
-			return Decision{}, err
-		}
-		d := p.removeDomains(func(r DomainRoute) bool { return r.EnvironmentID == env.ID })
-		d.Events = append(d.Events, EnvironmentDeleted{EnvironmentID: env.ID})
-		return d, nil
+		return p.decideDeleteEnvironment(c.EnvironmentID)
 	case CreateService:
 		if err := ValidateID("service", c.ServiceID); err != nil {
 			return Decision{}, err
@@ -449,13 +433,7 @@ func (p *Project) Decide(cmd ProjectCommand, m Meta) (Decision, error) {
 		}
 		return decided(ServiceUpdated{ServiceID: s.ID, Source: c.Source, Processes: c.Processes, ProgressDeadlineSeconds: c.ProgressDeadlineSeconds}), nil
 	case DeleteService:
-		s, err := p.service(c.ServiceID)
-		if err != nil {
-			return Decision{}, err
-		}
-		d := p.removeDomains(func(r DomainRoute) bool { return r.ServiceID == s.ID })
-		d.Events = append(d.Events, ServiceDeleted{ServiceID: s.ID})
-		return d, nil
+		return p.decideDeleteService(c.ServiceID)
 	case ApproveChangeSet:
 		return p.approve(c, m)
 	case RejectChangeSet:
@@ -486,6 +464,81 @@ func (p *Project) Decide(cmd ProjectCommand, m Meta) (Decision, error) {
 		return decided(DeploymentsResumed{EnvironmentID: c.EnvironmentID, ServiceID: c.ServiceID}), nil
 	}
 	return Decision{}, invalidf("command %T is not a project command", cmd)
+}
+
+// guarded returns the change set change that cmd becomes when it would alter
+// a protected environment: deleting a service that runs there, deleting the
+// environment or its project, turning its protection off or moving it to
+// another cluster. Turning protection on needs no approval.
+func (p *Project) guarded(cmd ProjectCommand) (Change, *Environment, bool) {
+	switch c := cmd.(type) {
+	case DeleteService:
+		if s, ok := p.Services[c.ServiceID]; ok && !s.Deleted {
+			for _, envID := range sortedKeys(p.Environments) {
+				env := p.Environments[envID]
+				if !env.Deleted && env.Protected && p.Current[envID][c.ServiceID].DeploymentID != "" {
+					return Change{DeleteService: &DeleteServiceChange{EnvironmentID: envID, ServiceID: c.ServiceID}}, env, true
+				}
+			}
+		}
+	case DeleteEnvironment:
+		if env, ok := p.Environments[c.EnvironmentID]; ok && !env.Deleted && env.Protected {
+			return Change{DeleteEnvironment: &c}, env, true
+		}
+	case DeleteProject:
+		for _, envID := range sortedKeys(p.Environments) {
+			if env := p.Environments[envID]; !env.Deleted && env.Protected {
+				return Change{DeleteProject: &DeleteProjectChange{EnvironmentID: envID}}, env, true
+			}
+		}
+	case UpdateEnvironment:
+		if env, ok := p.Environments[c.EnvironmentID]; ok && !env.Deleted && env.Protected && (!c.Protected || c.ClusterID != env.ClusterID) {
+			return Change{UpdateEnvironment: &c}, env, true
+		}
+	}
+	return Change{}, nil, false
+}
+
+func (p *Project) decideDeleteProject() Decision {
+	releases := []NameClaim{{projectNameScope(p.OrgID), p.Name}}
+	for _, host := range sortedKeys(p.Domains) {
+		releases = append(releases, NameClaim{domainHostScope(), host})
+	}
+	return Decision{Events: []Event{ProjectDeleted{ProjectID: p.ID}}, Releases: releases}
+}
+
+func (p *Project) decideUpdateEnvironment(c UpdateEnvironment) (Decision, error) {
+	env, err := p.environment(c.EnvironmentID)
+	if err != nil {
+		return Decision{}, err
+	}
+	if err := ValidateID("cluster", c.ClusterID); err != nil {
+		return Decision{}, err
+	}
+	if env.ClusterID == c.ClusterID && env.Protected == c.Protected {
+		return Decision{}, nil
+	}
+	return decided(EnvironmentUpdated{EnvironmentID: env.ID, ClusterID: c.ClusterID, Protected: c.Protected}), nil
+}
+
+func (p *Project) decideDeleteEnvironment(id string) (Decision, error) {
+	env, err := p.environment(id)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := p.removeDomains(func(r DomainRoute) bool { return r.EnvironmentID == env.ID })
+	d.Events = append(d.Events, EnvironmentDeleted{EnvironmentID: env.ID})
+	return d, nil
+}
+
+func (p *Project) decideDeleteService(id string) (Decision, error) {
+	s, err := p.service(id)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := p.removeDomains(func(r DomainRoute) bool { return r.ServiceID == s.ID })
+	d.Events = append(d.Events, ServiceDeleted{ServiceID: s.ID})
+	return d, nil
 }
 
 // removeDomains removes the domains that match, giving their names back.

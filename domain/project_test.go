@@ -373,3 +373,85 @@ func TestNameRules(t *testing.T) {
 		require.Equal(t, ok, domain.ValidateVariableName(name) == nil, "%q", name)
 	}
 }
+
+// Four-eyes without exceptions: in a protected environment, deleting a
+// service that runs there, deleting the environment or its project, turning
+// protection off or moving it to another cluster each wait for someone
+// else's approval; turning protection on does not.
+func TestFourEyesCoversDeletesAndProtection(t *testing.T) {
+	t.Parallel()
+	p := baseProject(t)
+	opened := func(evs []domain.Event) domain.ChangeSetOpened {
+		t.Helper()
+		require.Len(t, evs, 1, "nothing happens but the change set: %v", types(evs))
+		return evs[0].(domain.ChangeSetOpened)
+	}
+	approve := func(cs domain.ChangeSetOpened, cmd string) []domain.Event {
+		t.Helper()
+		_, err := p.Decide(domain.ApproveChangeSet{ChangeSetID: cs.ChangeSetID, Version: 1}, meta(alice, cmd))
+		require.ErrorIs(t, err, domain.ErrForbidden, "the requester cannot approve")
+		return decideAll(t, p, meta(bob, cmd), domain.ApproveChangeSet{ChangeSetID: cs.ChangeSetID, Version: 1})
+	}
+
+	// The service runs in production once its deploy there is approved.
+	approve(opened(decideAll(t, p, meta(alice, "d"), domain.Deploy{EnvironmentID: prodID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: digest})), "d2")
+	cs := opened(decideAll(t, p, meta(alice, "c1"), domain.DeleteService{ServiceID: apiID}))
+	require.Equal(t, prodID, cs.EnvironmentID)
+	require.False(t, p.Services[apiID].Deleted)
+	require.Contains(t, types(approve(cs, "c2")), "service.deleted")
+	require.True(t, p.Services[apiID].Deleted)
+
+	// A service that does not run in a protected environment goes at once.
+	evs := decideAll(t, p, meta(alice, "c3"), domain.DeleteService{ServiceID: webID})
+	require.Contains(t, types(evs), "service.deleted")
+
+	off := domain.UpdateEnvironment{EnvironmentID: prodID, ClusterID: clusterID, Protected: false}
+	cs = opened(decideAll(t, p, meta(alice, "c4"), off))
+	require.True(t, p.Environments[prodID].Protected)
+	require.Equal(t, []string{"changeset.approved", "environment.updated"}, types(approve(cs, "c5")))
+	require.False(t, p.Environments[prodID].Protected)
+	evs = decideAll(t, p, meta(alice, "c6"), domain.UpdateEnvironment{EnvironmentID: prodID, ClusterID: clusterID, Protected: true})
+	require.Equal(t, []string{"environment.updated"}, types(evs), "protecting needs no approval")
+
+	cs = opened(decideAll(t, p, meta(alice, "c7"), domain.DeleteProject{}))
+	require.False(t, p.Deleted)
+	d, err := p.Decide(domain.DeleteEnvironment{EnvironmentID: prodID}, meta(alice, "c8"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"changeset.changed"}, types(d.Events), "a second change of the same person joins the open change set")
+	for _, e := range d.Events {
+		p.Apply(e)
+	}
+	_, err = p.Decide(domain.ApproveChangeSet{ChangeSetID: cs.ChangeSetID, Version: 2}, meta(bob, "c9"))
+	require.NoError(t, err, "deleting the project, then its environment, applies in order")
+}
+
+func TestOnlyOwnersTouchOwners(t *testing.T) {
+	t.Parallel()
+	o := domain.NewOrganisation()
+	carol := "00000000-0000-4000-8000-0000000000c0"
+	for _, cmd := range []domain.OrganisationCommand{
+		domain.CreateOrganisation{OrgID: orgID, Name: "acme", Owner: alice},
+		domain.AddMember{UserID: bob, Role: domain.RoleAdmin},
+	} {
+		d, err := o.Decide(cmd, meta(alice, "c"))
+		require.NoError(t, err)
+		for _, e := range d.Events {
+			o.Apply(e)
+		}
+	}
+	for _, cmd := range []domain.OrganisationCommand{
+		domain.ChangeMemberRole{UserID: alice, Role: domain.RoleMember},
+		domain.RemoveMember{UserID: alice},
+		domain.AddMember{UserID: carol, Role: domain.RoleOwner},
+		domain.ChangeMemberRole{UserID: bob, Role: domain.RoleOwner},
+	} {
+		_, err := o.Decide(cmd, meta(bob, "c"))
+		require.ErrorIs(t, err, domain.ErrForbidden, "an Admin: %#v", cmd)
+	}
+	_, err := o.Decide(domain.AddMember{UserID: carol, Role: domain.RoleAdmin}, meta(bob, "c"))
+	require.NoError(t, err, "an Admin still adds Admins")
+	_, err = o.Decide(domain.ChangeMemberRole{UserID: bob, Role: domain.RoleOwner}, meta(alice, "c"))
+	require.NoError(t, err, "an Owner makes an Owner")
+	_, err = o.Decide(domain.RemoveMember{UserID: alice}, meta(alice, "c"))
+	require.ErrorIs(t, err, domain.ErrConflict, "the last Owner cannot leave")
+}
