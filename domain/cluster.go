@@ -89,7 +89,6 @@ type RegisterServer struct {
 // RevokeServer ends a server's credential.
 type RevokeServer struct{ ServerID string }
 
-
 func (c *Cluster) issue(t IssueJoinToken, m Meta) (Event, error) {
 	if err := ValidateID("join token", t.TokenID); err != nil {
 		return nil, err
@@ -192,9 +191,9 @@ func (c *Cluster) Decide(cmd ClusterCommand, m Meta) (Decision, error) {
 // ClusterCommand is a command of the cluster aggregate.
 type ClusterCommand interface{ clusterCommand() }
 
-func (CreateCluster) clusterCommand()    {}
-func (DeleteCluster) clusterCommand()    {}
-func (IssueJoinToken) clusterCommand()   {}
-func (RevokeJoinToken) clusterCommand()  {}
-func (RegisterServer) clusterCommand()   {}
-func (RevokeServer) clusterCommand()     {}
+func (CreateCluster) clusterCommand()   {}
+func (DeleteCluster) clusterCommand()   {}
+func (IssueJoinToken) clusterCommand()  {}
+func (RevokeJoinToken) clusterCommand() {}
+func (RegisterServer) clusterCommand()  {}
+func (RevokeServer) clusterCommand()    {}
