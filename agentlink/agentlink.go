@@ -144,7 +144,10 @@ func (l *Link) Register(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(transport.RegisterResponse{ServerID: serverID, ClusterID: clusterID, Credential: cred})
 }
 
-// Authenticate checks an agent's credential, in constant time.
+// Authenticate checks an agent's credential, in constant time. The hub calls
+// it at the upgrade, again at the hello and before every desired state: one
+// primary-key read. A database that does not answer is not a refusal
+// (transport.ErrUnavailable): the agent must not stop for good over it.
 func (l *Link) Authenticate(r *http.Request) (transport.Peer, error) {
 	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
@@ -157,10 +160,15 @@ func (l *Link) Authenticate(r *http.Request) (transport.Peer, error) {
 	var p transport.Peer
 	var hash string
 	var revoked bool
-	err := l.cfg.Pool.QueryRow(r.Context(), `SELECT s.id::text, s.cluster_id::text, s.org_id::text, s.name, s.credential_hash, s.revoked_at IS NOT NULL
-		FROM servers s WHERE s.id = $1`, id).Scan(&p.ServerID, &p.ClusterID, &p.OrgID, &p.Name, &hash, &revoked)
-	if err != nil {
+	err := l.cfg.Pool.QueryRow(r.Context(), `SELECT s.id::text, s.cluster_id::text, s.org_id::text, s.name, s.credential_hash,
+			s.revoked_at IS NOT NULL OR c.id IS NULL OR c.deleted_at IS NOT NULL
+		FROM servers s LEFT JOIN clusters c ON c.id = s.cluster_id WHERE s.id = $1`, id).Scan(&p.ServerID, &p.ClusterID, &p.OrgID, &p.Name, &hash, &revoked)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return transport.Peer{}, errors.New("the credential is not valid")
+	}
+	if err != nil {
+		l.cfg.Logger.Warn("checking an agent's credential", "err", err)
+		return transport.Peer{}, fmt.Errorf("%w: try again shortly", transport.ErrUnavailable)
 	}
 	if !credential.Matches(hash, secret) {
 		return transport.Peer{}, errors.New("the credential is not valid")
@@ -366,10 +374,11 @@ func (l *Link) OnDisconnect(ctx context.Context, p transport.Peer, reason string
 	l.record(ctx, p, domain.RecordConnection{Connected: false, Reason: truncateUTF8(reason, 200)})
 }
 
-// Revoked returns which of the servers have had their credential revoked, so
-// every replica can drop them at once.
+// Revoked returns which of the servers have had their credential revoked
+// (or their cluster deleted), so every replica can drop them at once.
 func (l *Link) Revoked(ctx context.Context, serverIDs []string) ([]string, error) {
-	rows, err := l.cfg.Pool.Query(ctx, `SELECT id::text FROM servers WHERE id = ANY($1::uuid[]) AND revoked_at IS NOT NULL`, serverIDs)
+	rows, err := l.cfg.Pool.Query(ctx, `SELECT s.id::text FROM servers s LEFT JOIN clusters c ON c.id = s.cluster_id
+		WHERE s.id = ANY($1::uuid[]) AND (s.revoked_at IS NOT NULL OR c.id IS NULL OR c.deleted_at IS NOT NULL)`, serverIDs)
 	if err != nil {
 		return nil, err
 	}

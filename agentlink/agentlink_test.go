@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/api"
@@ -216,4 +219,69 @@ func TestAgentLink(t *testing.T) {
 	}
 	err = <-agent.run(t, ctx, a.URL, srv.Credential)
 	require.ErrorIs(t, err, transport.ErrRefused)
+}
+
+// A connection opened with a valid credential that says hello only after
+// the server was revoked receives no desired state (which carries opened
+// secrets): the credential is checked again at the hello and before each
+// desired state, not only at the upgrade.
+func TestRevokedBeforeTheHelloGetsNoDesiredState(t *testing.T) {
+	t.Parallel()
+	a := servertest.Start(t, servertest.Options{})
+	root := a.Setup(t, "root@example.com", "acme")
+	org := a.URL + "/api/v1/orgs/acme"
+	var cluster api.ClusterResponse
+	require.Equal(t, 201, call(t, "POST", org+"/clusters", root, map[string]string{"name": "eu-1"}, &cluster))
+	require.Equal(t, 201, call(t, "POST", org+"/projects", root, map[string]string{"name": "shop"}, nil))
+	require.Equal(t, 201, call(t, "POST", org+"/projects/shop/environments", root, map[string]string{"name": "staging", "cluster": "eu-1"}, nil))
+	srv, err := transport.Register(context.Background(), a.URL, nil, transport.RegisterRequest{JoinToken: cluster.JoinToken.Token, Name: "agent-0"})
+	require.NoError(t, err)
+
+	// Before the revocation, a hello is answered with the welcome and the
+	// environment's desired state.
+	dial := func() *websocket.Conn {
+		ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(a.URL, "http")+transport.ConnectPath,
+			http.Header{"Authorization": {"Bearer " + srv.Credential}})
+		require.NoError(t, err)
+		t.Cleanup(func() { ws.Close() })
+		return ws
+	}
+	hello := []byte(`{"type":"hello","payload":{"protocol":1,"version":"1.0.0","arch":"amd64","applied":{}}}`)
+	read := func(ws *websocket.Conn, until time.Time) (string, error) {
+		_ = ws.SetReadDeadline(until)
+		_, b, err := ws.ReadMessage()
+		if err != nil {
+			return "", err
+		}
+		env, err := transport.Decode(b)
+		require.NoError(t, err)
+		return env.Type, nil
+	}
+	before := dial()
+	require.NoError(t, before.WriteMessage(websocket.TextMessage, hello))
+	var types []string
+	for !slices.Contains(types, transport.TypeDesiredState) {
+		typ, err := read(before, time.Now().Add(10*time.Second))
+		require.NoError(t, err, "frames so far: %v", types)
+		types = append(types, typ)
+	}
+	before.Close()
+
+	// Connected, then revoked, then hello.
+	late := dial()
+	require.Equal(t, 204, call(t, "DELETE", org+"/clusters/eu-1/servers/"+srv.ServerID, root, nil, nil))
+	require.NoError(t, late.WriteMessage(websocket.TextMessage, hello))
+	types = nil
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		typ, err := read(late, deadline)
+		if err != nil {
+			var ce *websocket.CloseError
+			require.True(t, errors.As(err, &ce), "the control plane closes the connection, got %v", err)
+			break
+		}
+		types = append(types, typ)
+	}
+	require.NotContains(t, types, transport.TypeDesiredState, "nothing secret reaches a revoked credential")
+	require.NotContains(t, types, transport.TypeWelcome)
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -27,8 +28,14 @@ type ClientConfig struct {
 	// TLS is the client TLS configuration: the system roots plus an optional
 	// CA bundle given at install.
 	TLS *tls.Config
-	// AllowPlain permits http:// (ws://) URLs: loopback development only.
+	// AllowPlain permits http:// (ws://) URLs to a loopback host
+	// (development): the credential and the opened secrets of every desired
+	// state would otherwise cross the network in clear.
 	AllowPlain bool
+	// AllowPlainRemote permits http:// to any host: only on an operator's
+	// explicit request (--insecure-plain-http-remote), for a network they
+	// trust as they would TLS.
+	AllowPlainRemote bool
 	// Hello returns the agent's hello: asked again at every connect, so the
 	// applied revisions are current.
 	Hello func(ctx context.Context) Hello
@@ -43,6 +50,9 @@ type ClientConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 	// OnConnected is told of each welcome (tests, status).
 	OnConnected func(Welcome)
+	// OnDisconnected is told when a connection that was welcomed ends (the
+	// health file says whether the agent is connected).
+	OnDisconnected func(error)
 	// Outbox carries reports (status, logs) to send while connected; frames
 	// queued while disconnected wait, up to its capacity.
 	Outbox <-chan Report
@@ -63,20 +73,49 @@ type Client struct {
 // cannot help until an operator acts.
 var ErrRefused = errors.New("the control plane refused this agent's credential")
 
-// NewClient validates the configuration.
-func NewClient(cfg ClientConfig) (*Client, error) {
-	u, err := url.Parse(cfg.URL)
+// CheckURL says whether an agent may reach the control plane at raw: https://
+// always; http:// to a loopback host (localhost, 127.0.0.0/8, ::1) only with
+// allowPlain, and to any other host only with allowPlainRemote. Over plain
+// HTTP the join token, the credential and the desired state's opened secrets
+// can be read by anyone on the way.
+func CheckURL(raw string, allowPlain, allowPlainRemote bool) error {
+	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("transport: control plane URL %q is not a URL", cfg.URL)
+		return fmt.Errorf("transport: control plane URL %q is not a URL", raw)
 	}
 	switch u.Scheme {
 	case "https":
+		return nil
 	case "http":
-		if !cfg.AllowPlain {
-			return nil, fmt.Errorf("transport: %s is plain HTTP; agents use TLS (start the agent with --insecure-plain-http only for loopback development)", cfg.URL)
-		}
 	default:
-		return nil, fmt.Errorf("transport: control plane URL %q must be https://", cfg.URL)
+		return fmt.Errorf("transport: control plane URL %q must be https://", raw)
+	}
+	switch {
+	case allowPlainRemote:
+		return nil
+	case !IsLoopback(u.Hostname()):
+		return fmt.Errorf("transport: %s is plain HTTP to a host that is not loopback: the join token, the credential and the secrets of every desired state would cross the network in clear; use https:// (or, on a network you trust as you would TLS, start the agent with --insecure-plain-http-remote)", raw)
+	case !allowPlain:
+		return fmt.Errorf("transport: %s is plain HTTP; agents use TLS (start the agent with --insecure-plain-http only for loopback development)", raw)
+	}
+	return nil
+}
+
+// IsLoopback reports whether host (a URL's host name, without port) names
+// this machine: "localhost" or a loopback IP address. Other names are not
+// resolved: what they resolve to can change.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// NewClient validates the configuration.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if err := CheckURL(cfg.URL, cfg.AllowPlain, cfg.AllowPlainRemote); err != nil {
+		return nil, err
 	}
 	if cfg.Credential == "" || cfg.Hello == nil || cfg.Apply == nil {
 		return nil, errors.New("transport: the client needs a credential, Hello and Apply")
@@ -139,7 +178,7 @@ func (c *Client) Run(ctx context.Context) error {
 
 // session dials, says hello and serves one connection; it reports whether
 // the handshake completed.
-func (c *Client) session(ctx context.Context) (bool, error) {
+func (c *Client) session(ctx context.Context) (_ bool, err error) {
 	d := websocket.Dialer{TLSClientConfig: c.cfg.TLS, HandshakeTimeout: 15 * time.Second, Proxy: http.ProxyFromEnvironment}
 	h := http.Header{"Authorization": {"Bearer " + c.cfg.Credential}}
 	ws, resp, err := d.DialContext(ctx, c.wsURL(), h)
@@ -167,6 +206,9 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 	if env.Type == TypeError {
 		var em ErrorMessage
 		_ = DecodePayload(env, &em)
+		if em.Code == "credential_revoked" {
+			return false, fmt.Errorf("%w: %s", ErrRefused, em.Message)
+		}
 		return false, fmt.Errorf("control plane: %s", em.Message)
 	}
 	var welcome Welcome
@@ -175,6 +217,9 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 	}
 	if c.cfg.OnConnected != nil {
 		c.cfg.OnConnected(welcome)
+	}
+	if c.cfg.OnDisconnected != nil {
+		defer func() { c.cfg.OnDisconnected(err) }()
 	}
 	c.cfg.Logger.Info("connected to the control plane", "server_id", welcome.ServerID)
 
@@ -293,8 +338,24 @@ func (c *Client) applier(ctx context.Context, cn *conn, work <-chan DesiredState
 	}
 }
 
-// Register exchanges a join token for this server's own credential.
+// Register exchanges a join token for this server's own credential. The
+// token goes over https://, or plain http:// to a loopback host (see
+// CheckURL); never to where a redirect points.
 func Register(ctx context.Context, baseURL string, tlsConfig *tls.Config, req RegisterRequest) (RegisterResponse, error) {
+	return register(ctx, baseURL, tlsConfig, req, false)
+}
+
+// RegisterPlainRemote is Register that also sends the join token over plain
+// http:// to a host that is not loopback: only on the operator's explicit
+// request (--insecure-plain-http-remote).
+func RegisterPlainRemote(ctx context.Context, baseURL string, tlsConfig *tls.Config, req RegisterRequest) (RegisterResponse, error) {
+	return register(ctx, baseURL, tlsConfig, req, true)
+}
+
+func register(ctx context.Context, baseURL string, tlsConfig *tls.Config, req RegisterRequest, plainRemote bool) (RegisterResponse, error) {
+	if err := CheckURL(baseURL, true, plainRemote); err != nil {
+		return RegisterResponse{}, err
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return RegisterResponse{}, err
@@ -305,7 +366,10 @@ func Register(ctx context.Context, baseURL string, tlsConfig *tls.Config, req Re
 		return RegisterResponse{}, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, Proxy: http.ProxyFromEnvironment}}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, Proxy: http.ProxyFromEnvironment},
+		CheckRedirect: func(r *http.Request, _ []*http.Request) error {
+			return fmt.Errorf("the control plane redirects to %s: give that URL", r.URL.Redacted())
+		}}
 	resp, err := client.Do(hreq)
 	if err != nil {
 		return RegisterResponse{}, fmt.Errorf("registering with %s: %w", baseURL, err)

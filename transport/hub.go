@@ -26,9 +26,18 @@ type Head struct {
 	Revision      int
 }
 
+// ErrUnavailable is wrapped by an Authenticate error that says nothing about
+// the credential (the database did not answer): the upgrade is answered 503,
+// which the agent retries, and a check before a send postpones the send.
+var ErrUnavailable = errors.New("credentials cannot be checked now")
+
 // HubConfig connects the hub to the rest of the control plane.
 type HubConfig struct {
-	// Authenticate checks the agent's credential on the upgrade request.
+	// Authenticate checks the agent's credential on the upgrade request. The
+	// hub calls it again, with the same headers, when the hello arrives and
+	// before every desired state it sends (those carry opened secrets): a
+	// credential revoked meanwhile gets nothing more. An error that wraps
+	// ErrUnavailable is not a refusal.
 	Authenticate func(r *http.Request) (Peer, error)
 	// Heads returns the latest revision of every environment of each cluster.
 	Heads func(ctx context.Context, clusterIDs []string) (map[string][]Head, error)
@@ -56,14 +65,20 @@ type Hub struct {
 	upgrader websocket.Upgrader
 
 	mu    sync.Mutex
-	conns map[string]*agentConn // by server id
-	wg    sync.WaitGroup
-	ctx   context.Context
+	conns map[string]*agentConn // by server id, after the hello
+	// pending are the connections that have not said hello yet: revoking
+	// their server closes them too.
+	pending map[*agentConn]struct{}
+	wg      sync.WaitGroup
+	ctx     context.Context
 }
 
 type agentConn struct {
 	peer *Peer
 	c    *conn
+	// auth is the upgrade request (its headers, with the hub's context), to
+	// check the credential again before anything secret is sent.
+	auth *http.Request
 	// sent is what the agent has, or has been sent: environment -> revision.
 	mu   sync.Mutex
 	sent map[string]int
@@ -85,12 +100,15 @@ func NewHub(ctx context.Context, cfg HubConfig) (*Hub, error) {
 	if cfg.PingEvery == 0 {
 		cfg.PingEvery = 20 * time.Second
 	}
-	h := &Hub{cfg: cfg, conns: map[string]*agentConn{}, ctx: ctx}
+	h := &Hub{cfg: cfg, conns: map[string]*agentConn{}, pending: map[*agentConn]struct{}{}, ctx: ctx}
 	h.upgrader = websocket.Upgrader{ReadBufferSize: 4096, WriteBufferSize: 4096, WriteBufferPool: &sync.Pool{}}
 	go func() {
 		<-ctx.Done()
 		h.mu.Lock()
 		for _, ac := range h.conns {
+			ac.c.close(websocket.CloseGoingAway, "control plane shutting down")
+		}
+		for ac := range h.pending {
 			ac.c.close(websocket.CloseGoingAway, "control plane shutting down")
 		}
 		h.mu.Unlock()
@@ -101,17 +119,26 @@ func NewHub(ctx context.Context, cfg HubConfig) (*Hub, error) {
 // ServeHTTP authenticates and upgrades an agent's connection.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	peer, err := h.cfg.Authenticate(r)
+	if errors.Is(err, ErrUnavailable) {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	if err != nil {
 		// Refused before the upgrade, with a plain answer the agent can log.
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
+	auth := r.Clone(h.ctx)
+	auth.Body = http.NoBody
 	ws, err := h.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return
 	}
 	c := newConn(ws, h.cfg.ReadTimeout, h.cfg.PingEvery)
-	ac := &agentConn{peer: &peer, c: c, sent: map[string]int{}, kick: make(chan struct{}, 1)}
+	ac := &agentConn{peer: &peer, c: c, auth: auth, sent: map[string]int{}, kick: make(chan struct{}, 1)}
+	h.mu.Lock()
+	h.pending[ac] = struct{}{}
+	h.mu.Unlock()
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -122,12 +149,23 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Hub) serve(ac *agentConn) {
 	ctx := h.ctx
 	reason := h.handshake(ctx, ac)
+	h.mu.Lock()
+	delete(h.pending, ac)
+	h.mu.Unlock()
 	if reason != "" {
 		ac.c.close(websocket.ClosePolicyViolation, reason)
 		h.reportDisconnect(ctx, ac, reason)
 		return
 	}
 	h.mu.Lock()
+	select {
+	case <-ac.c.closed():
+		// Revoked between the hello's check and now.
+		h.mu.Unlock()
+		h.reportDisconnect(ctx, ac, ac.c.reason)
+		return
+	default:
+	}
 	if old := h.conns[ac.peer.ServerID]; old != nil {
 		// The same server connected again: the newer connection wins.
 		old.c.close(websocket.CloseNormalClosure, "replaced by a newer connection of the same server")
@@ -171,6 +209,25 @@ func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
 		msg, _ := Encode(TypeError, "", ErrorMessage{Code: "protocol_unsupported", Message: fmt.Sprintf("this control plane speaks protocol %d", ProtocolVersion)})
 		_ = ac.c.send(msg)
 		return fmt.Sprintf("protocol %d is not supported", hello.Protocol)
+	}
+	// The credential was good at the upgrade; it must still be now, before
+	// the agent counts as connected and is sent anything.
+	for {
+		err := h.recheck(ctx, ac)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrUnavailable) {
+			return err.Error()
+		}
+		if !sleepCtx(ctx, time.Second) {
+			return "control plane shutting down"
+		}
+		select {
+		case <-ac.c.closed():
+			return ac.c.reason
+		default:
+		}
 	}
 	ac.mu.Lock()
 	for env, rev := range hello.Applied {
@@ -264,6 +321,42 @@ func (h *Hub) readLoop(ctx context.Context, ac *agentConn) string {
 	}
 }
 
+// errRevoked is a credential that no longer authenticates.
+var errRevoked = errors.New("the credential is no longer valid")
+
+// recheck authenticates the connection's credential again. When it is no
+// longer valid, the connection is told why and closed, and the error says
+// so; an error wrapping ErrUnavailable leaves the connection open (nothing
+// is known), and the caller sends nothing secret for now.
+func (h *Hub) recheck(ctx context.Context, ac *agentConn) error {
+	select {
+	case <-ac.c.closed():
+		return fmt.Errorf("%w: %s", errRevoked, ac.c.reason)
+	default:
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	p, err := h.cfg.Authenticate(ac.auth.WithContext(cctx))
+	if errors.Is(err, ErrUnavailable) || err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if err == nil && p.ServerID != ac.peer.ServerID {
+		err = errors.New("the credential names another server")
+	}
+	if err != nil {
+		h.revoke(ac, err.Error())
+		return fmt.Errorf("%w: %v", errRevoked, err)
+	}
+	return nil
+}
+
+// revoke tells the connection its credential is revoked and closes it.
+func (h *Hub) revoke(ac *agentConn, reason string) {
+	msg, _ := Encode(TypeError, "", ErrorMessage{Code: "credential_revoked", Message: reason})
+	_ = ac.c.send(msg)
+	ac.c.close(websocket.ClosePolicyViolation, reason)
+}
+
 func (ac *agentConn) kickNow() {
 	select {
 	case ac.kick <- struct{}{}:
@@ -321,6 +414,14 @@ func (h *Hub) deliver(ctx context.Context, ac *agentConn, heads []Head, fetched 
 			if fetched != nil {
 				fetched.Store(key, frame)
 			}
+		}
+		// A desired state carries opened secrets: only to a credential that
+		// is valid now, not merely at the upgrade.
+		if err := h.recheck(ctx, ac); err != nil {
+			if errors.Is(err, ErrUnavailable) {
+				h.cfg.Logger.Warn("cannot check an agent's credential; its desired state waits", "server", ac.peer.Name, "err", err)
+			}
+			return
 		}
 		if err := ac.c.send(frame); err != nil {
 			return
@@ -393,27 +494,43 @@ func (h *Hub) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Disconnect closes a server's connection at once (its credential was revoked).
+// Disconnect closes every connection of a server at once (its credential
+// was revoked), whether it has said hello or not.
 func (h *Hub) Disconnect(serverID, reason string) bool {
 	h.mu.Lock()
-	ac := h.conns[serverID]
-	h.mu.Unlock()
-	if ac == nil {
-		return false
+	var acs []*agentConn
+	if ac := h.conns[serverID]; ac != nil {
+		acs = append(acs, ac)
 	}
-	msg, _ := Encode(TypeError, "", ErrorMessage{Code: "credential_revoked", Message: reason})
-	_ = ac.c.send(msg)
-	ac.c.close(websocket.ClosePolicyViolation, reason)
-	return true
+	for ac := range h.pending {
+		if ac.peer.ServerID == serverID {
+			acs = append(acs, ac)
+		}
+	}
+	h.mu.Unlock()
+	for _, ac := range acs {
+		h.revoke(ac, reason)
+	}
+	return len(acs) > 0
 }
 
-// Connected lists the servers connected to this replica.
+// Connected lists the servers connected to this replica, once each: those
+// that said hello and those whose hello is still awaited (a revocation must
+// find those too).
 func (h *Hub) Connected() []Peer {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]Peer, 0, len(h.conns))
+	seen := make(map[string]bool, len(h.conns)+len(h.pending))
+	out := make([]Peer, 0, len(h.conns)+len(h.pending))
 	for _, ac := range h.conns {
+		seen[ac.peer.ServerID] = true
 		out = append(out, *ac.peer)
+	}
+	for ac := range h.pending {
+		if !seen[ac.peer.ServerID] {
+			seen[ac.peer.ServerID] = true
+			out = append(out, *ac.peer)
+		}
 	}
 	return out
 }

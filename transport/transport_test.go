@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -29,6 +30,10 @@ type world struct {
 	heartbeats int
 	gone       []string
 	fetches    int
+	// revoked credentials are refused from now on; down makes every check
+	// of a credential fail as a database outage would.
+	revoked map[string]bool
+	down    bool
 }
 
 func (w *world) heads(ctx context.Context, clusters []string) (map[string][]transport.Head, error) {
@@ -57,8 +62,15 @@ func startHub(t *testing.T, w *world) (*transport.Hub, *httptest.Server) {
 	hub, err := transport.NewHub(ctx, transport.HubConfig{
 		Authenticate: func(r *http.Request) (transport.Peer, error) {
 			tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !strings.HasPrefix(tok, "good-") {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			switch {
+			case w.down:
+				return transport.Peer{}, fmt.Errorf("%w: the database does not answer", transport.ErrUnavailable)
+			case !strings.HasPrefix(tok, "good-"):
 				return transport.Peer{}, errors.New("unknown credential")
+			case w.revoked[tok]:
+				return transport.Peer{}, errors.New("the credential was revoked")
 			}
 			return transport.Peer{ServerID: tok, ClusterID: "c1", Name: tok}, nil
 		},
@@ -258,6 +270,212 @@ func TestPlainHTTPNeedsAnExplicitFlag(t *testing.T) {
 	cfg.AllowPlain = true
 	_, err = transport.NewClient(cfg)
 	require.NoError(t, err)
+
+	// --insecure-plain-http is for loopback: another host needs its own,
+	// explicit flag.
+	cfg.URL = "http://nebula.example.com"
+	_, err = transport.NewClient(cfg)
+	require.ErrorContains(t, err, "not loopback")
+	require.ErrorContains(t, err, "--insecure-plain-http-remote")
+	cfg.AllowPlain, cfg.AllowPlainRemote = false, true
+	_, err = transport.NewClient(cfg)
+	require.NoError(t, err)
+}
+
+func TestLoopbackHosts(t *testing.T) {
+	t.Parallel()
+	for host, want := range map[string]bool{
+		"localhost": true, "LOCALHOST": true, "localhost.": true, "127.0.0.1": true, "127.8.9.10": true, "::1": true, "[::1]": true,
+		"::ffff:127.0.0.1": true,
+		"10.0.0.1":         false, "0.0.0.0": false, "::": false, "nebula.example.com": false, "localhost.example.com": false,
+		"127.0.0.1.nip.io": false, "": false,
+	} {
+		require.Equal(t, want, transport.IsLoopback(host), host)
+	}
+}
+
+// The join token is sent neither over plain HTTP to another host nor to
+// where a redirect points.
+func TestRegisterKeepsTheJoinTokenOffPlainHTTP(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, err := transport.Register(ctx, "http://nebula.example.com", nil, transport.RegisterRequest{JoinToken: "nbl_x", Name: "a"})
+	require.ErrorContains(t, err, "not loopback")
+
+	var got []string
+	var mu sync.Mutex
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, string(b))
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"serverId":"s","clusterId":"c","credential":"nbl_y"}`))
+	}))
+	t.Cleanup(plain.Close)
+	redirecting := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, plain.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(redirecting.Close)
+	tlsCfg := redirecting.Client().Transport.(*http.Transport).TLSClientConfig
+	_, err = transport.Register(ctx, redirecting.URL, tlsCfg, transport.RegisterRequest{JoinToken: "nbl_secret", Name: "a"})
+	require.ErrorContains(t, err, "redirects")
+	mu.Lock()
+	require.Empty(t, got, "nothing reached the redirect's target")
+	mu.Unlock()
+
+	// On loopback, plain HTTP is development.
+	reg, err := transport.Register(ctx, plain.URL, nil, transport.RegisterRequest{JoinToken: "nbl_secret", Name: "a"})
+	require.NoError(t, err)
+	require.Equal(t, "nbl_y", reg.Credential)
+}
+
+// rawAgent dials the hub with a credential and says nothing yet.
+func rawAgent(t *testing.T, srv *httptest.Server, cred string) *websocket.Conn {
+	t.Helper()
+	dialer := websocket.Dialer{TLSClientConfig: srv.Client().Transport.(*http.Transport).TLSClientConfig}
+	ws, _, err := dialer.Dial("wss"+strings.TrimPrefix(srv.URL, "https")+transport.ConnectPath, http.Header{"Authorization": {"Bearer " + cred}})
+	require.NoError(t, err)
+	t.Cleanup(func() { ws.Close() })
+	return ws
+}
+
+// framesUntilClose reads a connection's frames until it is closed.
+func framesUntilClose(t *testing.T, ws *websocket.Conn, within time.Duration) (types []string, errs []transport.ErrorMessage) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		_ = ws.SetReadDeadline(deadline)
+		_, b, err := ws.ReadMessage()
+		if err != nil {
+			var ce *websocket.CloseError
+			require.True(t, errors.As(err, &ce), "the connection is closed with a close frame, got %v (frames %v)", err, types)
+			return types, errs
+		}
+		env, err := transport.Decode(b)
+		require.NoError(t, err)
+		types = append(types, env.Type)
+		if env.Type == transport.TypeError {
+			var em transport.ErrorMessage
+			require.NoError(t, transport.DecodePayload(env, &em))
+			errs = append(errs, em)
+		}
+	}
+}
+
+// A connection opened with a valid credential that says hello only after
+// the credential was revoked gets no desired state (no secret), even before
+// the control plane's revocation sweep has found it.
+func TestRevokedBeforeTheHelloGetsNoDesiredState(t *testing.T) {
+	t.Parallel()
+	w := &world{revs: map[string]int{"e1": 1}, revoked: map[string]bool{}}
+	hub, srv := startHub(t, w)
+	ws := rawAgent(t, srv, "good-late")
+	w.mu.Lock()
+	w.revoked["good-late"] = true
+	w.mu.Unlock()
+	require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","payload":{"protocol":1,"applied":{}}}`)))
+	types, errs := framesUntilClose(t, ws, 5*time.Second)
+	require.NotContains(t, types, transport.TypeDesiredState)
+	require.NotContains(t, types, transport.TypeWelcome)
+	require.Len(t, errs, 1)
+	require.Equal(t, "credential_revoked", errs[0].Code)
+	require.Empty(t, hub.Connected())
+	w.mu.Lock()
+	require.Zero(t, w.fetches, "no revision was even loaded for it")
+	w.mu.Unlock()
+}
+
+// Revoking a server closes its connections at once, also one that has not
+// said hello yet.
+func TestRevocationClosesAConnectionBeforeItsHello(t *testing.T) {
+	t.Parallel()
+	w := &world{revs: map[string]int{"e1": 1}, revoked: map[string]bool{}}
+	hub, srv := startHub(t, w)
+	ws := rawAgent(t, srv, "good-quiet")
+	require.Eventually(t, func() bool {
+		for _, p := range hub.Connected() {
+			if p.ServerID == "good-quiet" {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 5*time.Millisecond, "the revocation sweep finds a connection that has not said hello")
+	w.mu.Lock()
+	w.revoked["good-quiet"] = true
+	w.mu.Unlock()
+	began := time.Now()
+	require.True(t, hub.Disconnect("good-quiet", "the server's credential was revoked"))
+	types, errs := framesUntilClose(t, ws, 5*time.Second)
+	require.Less(t, time.Since(began), 2*time.Second, "closed at once, not at the read timeout")
+	require.Equal(t, []string{transport.TypeError}, types)
+	require.Equal(t, "credential_revoked", errs[0].Code)
+	require.Eventually(t, func() bool { return len(hub.Connected()) == 0 }, 5*time.Second, 5*time.Millisecond)
+}
+
+// Each desired state is sent only to a credential valid at that moment: a
+// revocation the sweep has not acted on yet already stops the next one.
+func TestRevokedCredentialGetsNoFurtherDesiredState(t *testing.T) {
+	t.Parallel()
+	w := &world{revs: map[string]int{"e1": 1}, revoked: map[string]bool{}}
+	hub, srv := startHub(t, w)
+	a := &agent{applied: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.client(t, srv, "good-rev").Run(ctx) }()
+	require.Eventually(t, func() bool { return a.revision("e1") == 1 }, 5*time.Second, 5*time.Millisecond)
+	w.mu.Lock()
+	w.revoked["good-rev"] = true
+	w.revs["e1"] = 2
+	w.mu.Unlock()
+	require.NoError(t, hub.Refresh(ctx))
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, transport.ErrRefused)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the revoked agent was not disconnected")
+	}
+	require.Equal(t, 1, a.revision("e1"), "revision 2 and its secrets never reached the revoked agent")
+}
+
+// When credentials cannot be checked (the database is down), nothing secret
+// is sent, nobody is told they are revoked, and delivery resumes after.
+func TestCredentialsThatCannotBeCheckedHoldDeliveries(t *testing.T) {
+	t.Parallel()
+	w := &world{revs: map[string]int{"e1": 1}, revoked: map[string]bool{}}
+	hub, srv := startHub(t, w)
+	a := &agent{applied: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.client(t, srv, "good-db").Run(ctx) }()
+	require.Eventually(t, func() bool { return a.revision("e1") == 1 }, 5*time.Second, 5*time.Millisecond)
+	w.mu.Lock()
+	w.down = true
+	w.revs["e1"] = 2
+	w.mu.Unlock()
+	require.NoError(t, hub.Refresh(ctx))
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 1, a.revision("e1"), "not sent while the credential cannot be checked")
+	require.Len(t, hub.Connected(), 1, "and not disconnected either")
+
+	// A new connection meanwhile is answered 503, which the agent retries.
+	resp, err := srv.Client().Get(srv.URL + transport.ConnectPath)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+
+	w.mu.Lock()
+	w.down = false
+	w.mu.Unlock()
+	require.NoError(t, hub.Refresh(ctx))
+	require.Eventually(t, func() bool { return a.revision("e1") == 2 }, 5*time.Second, 5*time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("the agent stopped: %v", err)
+	default:
+	}
 }
 
 func FuzzDecode(f *testing.F) {
