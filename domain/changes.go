@@ -249,6 +249,16 @@ func (w *pending) apply(c Change, m Meta) error {
 		vars := slices.Clone(s.Variables)
 		sort.Slice(vars, func(i, j int) bool { return vars[i].Name < vars[j].Name })
 		w.emit(VariablesSet{EnvironmentID: env.ID, ServiceID: s.ServiceID, Variables: vars})
+		// A reference that cannot resolve is refused now, with the reason,
+		// rather than accepted and the service silently held later.
+		for _, v := range vars {
+			if err := p.checkReferences(env.ID, v); err != nil {
+				return err
+			}
+			if err := p.checkReferrers(env.ID, s.ServiceID, v); err != nil {
+				return err
+			}
+		}
 		return w.rereleaseAffected(env.ID, s.ServiceID, m, "variables")
 	case c.UnsetVariables != nil:
 		u := c.UnsetVariables
@@ -374,6 +384,85 @@ func (w *pending) merge(d Decision, err error) error {
 	}
 	w.d.Claims = append(w.d.Claims, d.Claims...)
 	w.d.Releases = append(w.d.Releases, d.Releases...)
+	return nil
+}
+
+// checkReferences checks that every reference in v's value names a live
+// service of the project and a variable set for it in the environment (or
+// its built-in HOST, or PORT when it has a port), whose value holds no
+// reference itself: references resolve one level deep, so a loop (a -> b ->
+// a) or a chain is refused here instead of holding services at compile time.
+func (p *Project) checkReferences(envID string, v Variable) error {
+	if v.Secret != nil || !strings.Contains(v.Value, "${{") {
+		return nil
+	}
+	refs, err := ParseReferences(v.Value)
+	if err != nil {
+		return err
+	}
+	for _, r := range refs {
+		var target *Service
+		for _, id := range sortedKeys(p.Services) {
+			if s := p.Services[id]; !s.Deleted && s.Name == r.Service {
+				target = s
+			}
+		}
+		if target == nil {
+			return invalidf("variable %s references service %q, which does not exist", v.Name, r.Service)
+		}
+		tv, ok := p.Variables[envID][target.ID][r.Variable]
+		if !ok {
+			tv, ok = p.Variables[envID][""][r.Variable]
+		}
+		if !ok {
+			builtin := r.Variable == "HOST" || r.Variable == "PORT" && slices.ContainsFunc(target.Processes, func(pr Process) bool { return pr.Port > 0 })
+			if builtin {
+				continue
+			}
+			return invalidf("variable %s references %s.%s, which is not set in this environment", v.Name, r.Service, r.Variable)
+		}
+		if tv.Secret == nil && strings.Contains(tv.Value, "${{") {
+			return invalidf("variable %s references %s.%s, which itself contains references; references resolve one level deep (no chains or loops)",
+				v.Name, r.Service, r.Variable)
+		}
+	}
+	return nil
+}
+
+// checkReferrers refuses a value with references for a variable that
+// another variable references: the reference would become a chain.
+func (p *Project) checkReferrers(envID, serviceID string, v Variable) error {
+	if v.Secret != nil || !strings.Contains(v.Value, "${{") {
+		return nil
+	}
+	for _, owner := range sortedKeys(p.Variables[envID]) {
+		for _, name := range sortedKeys(p.Variables[envID][owner]) {
+			other := p.Variables[envID][owner][name]
+			if other.Secret != nil || !strings.Contains(other.Value, "${{") {
+				continue
+			}
+			refs, err := ParseReferences(other.Value)
+			if err != nil {
+				continue
+			}
+			for _, r := range refs {
+				if r.Variable != v.Name {
+					continue
+				}
+				for _, sid := range sortedKeys(p.Services) {
+					svc := p.Services[sid]
+					if svc.Deleted || svc.Name != r.Service {
+						continue
+					}
+					_, ownValue := p.Variables[envID][svc.ID][v.Name]
+					if svc.ID == serviceID || serviceID == "" && !ownValue {
+						return invalidf("variable %s is referenced by %s, so it cannot contain references itself; references resolve one level deep",
+							v.Name, name)
+					}
+				}
+			}
+		}
+	}
 	return nil
 }
 

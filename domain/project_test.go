@@ -455,3 +455,29 @@ func TestOnlyOwnersTouchOwners(t *testing.T) {
 	_, err = o.Decide(domain.RemoveMember{UserID: alice}, meta(alice, "c"))
 	require.ErrorIs(t, err, domain.ErrConflict, "the last Owner cannot leave")
 }
+
+// A reference that cannot resolve is refused when it is set (found from
+// outside: a loop a -> b -> a, or a reference to a missing variable, was
+// accepted and the services silently held).
+func TestReferencesAreCheckedWhenSet(t *testing.T) {
+	t.Parallel()
+	p := baseProject(t)
+	set := func(svc string, name, value string) error {
+		d, err := p.Decide(domain.SetVariables{EnvironmentID: stagingID, ServiceID: svc, Variables: []domain.Variable{{Name: name, Value: value}}}, meta(alice, "c-"+name))
+		if err == nil {
+			for _, e := range d.Events {
+				p.Apply(e)
+			}
+		}
+		return err
+	}
+	require.ErrorIs(t, set(apiID, "A", "${{ nope.X }}"), domain.ErrInvalid, "no such service")
+	require.ErrorContains(t, set(apiID, "A", "${{ web.MISSING }}"), "not set")
+	require.NoError(t, set(apiID, "A", "${{ web.HOST }}:${{ web.PORT }}"), "built-ins")
+	require.NoError(t, set(webID, "B", "plain"))
+	require.NoError(t, set(apiID, "C", "${{ web.B }}"))
+	require.ErrorContains(t, set(webID, "B", "${{ api.A }}"), "itself contains references", "a loop is refused")
+	require.ErrorContains(t, set(webID, "B", "${{ api.HOST }}"), "referenced by C", "a chain is refused")
+	require.ErrorContains(t, set(webID, "D", "${{ api.A }}"), "itself contains references")
+	require.ErrorContains(t, set(apiID, "E", "${{ api.E }}"), "itself contains references", "a variable cannot reference itself")
+}
