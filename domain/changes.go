@@ -249,6 +249,9 @@ func (w *pending) apply(c Change, m Meta) error {
 		vars := slices.Clone(s.Variables)
 		sort.Slice(vars, func(i, j int) bool { return vars[i].Name < vars[j].Name })
 		w.emit(VariablesSet{EnvironmentID: env.ID, ServiceID: s.ServiceID, Variables: vars})
+		if err := p.checkVariableLimits(env.ID, s.ServiceID); err != nil {
+			return err
+		}
 		// A reference that cannot resolve is refused now, with the reason,
 		// rather than accepted and the service silently held later.
 		for _, v := range vars {
@@ -425,6 +428,26 @@ func (p *Project) checkReferences(envID string, v Variable) error {
 			return invalidf("variable %s references %s.%s, which itself contains references; references resolve one level deep (no chains or loops)",
 				v.Name, r.Service, r.Variable)
 		}
+	}
+	return nil
+}
+
+// checkVariableLimits checks a scope's variables against the limits.
+func (p *Project) checkVariableLimits(envID, serviceID string) error {
+	vars := p.Variables[envID][serviceID]
+	if len(vars) > MaxVariablesPerScope {
+		return invalidf("at most %d variables per service and environment (this would make %d)", MaxVariablesPerScope, len(vars))
+	}
+	total := 0
+	for _, v := range vars {
+		total += len(v.Value)
+		if v.Secret != nil {
+			total += len(v.Secret.Ciphertext)
+		}
+	}
+	if total > MaxVariableBytesPerScope {
+		return invalidf("the values of a service's variables in an environment may total at most %d KiB (this would make %d KiB)",
+			MaxVariableBytesPerScope>>10, (total+1023)>>10)
 	}
 	return nil
 }

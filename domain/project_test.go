@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -480,4 +481,28 @@ func TestReferencesAreCheckedWhenSet(t *testing.T) {
 	require.ErrorContains(t, set(webID, "B", "${{ api.HOST }}"), "referenced by C", "a chain is refused")
 	require.ErrorContains(t, set(webID, "D", "${{ api.A }}"), "itself contains references")
 	require.ErrorContains(t, set(apiID, "E", "${{ api.E }}"), "itself contains references", "a variable cannot reference itself")
+}
+
+// Variables are bounded (found from outside: nothing limited their number or
+// size, and each change froze them all again into a release).
+func TestVariableLimits(t *testing.T) {
+	t.Parallel()
+	p := baseProject(t)
+	big := strings.Repeat("x", domain.MaxVariableValue+1)
+	_, err := p.Decide(domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: []domain.Variable{{Name: "A", Value: big}}}, meta(alice, "c"))
+	require.ErrorIs(t, err, domain.ErrInvalid)
+	var many []domain.Variable
+	for i := 0; i <= domain.MaxVariablesPerScope; i++ {
+		many = append(many, domain.Variable{Name: fmt.Sprintf("V%d", i), Value: "1"})
+	}
+	_, err = p.Decide(domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: many}, meta(alice, "c"))
+	require.ErrorContains(t, err, "at most")
+	var heavy []domain.Variable
+	for i := 0; i < 9; i++ {
+		heavy = append(heavy, domain.Variable{Name: fmt.Sprintf("H%d", i), Value: strings.Repeat("y", domain.MaxVariableValue)})
+	}
+	_, err = p.Decide(domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: heavy}, meta(alice, "c"))
+	require.ErrorContains(t, err, "total at most")
+	_, err = p.Decide(domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: []domain.Variable{{Name: "N", Value: "a\x00b"}}}, meta(alice, "c"))
+	require.ErrorIs(t, err, domain.ErrInvalid, "a NUL never reaches an event")
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // Sentinel errors that callers branch on with errors.Is.
@@ -158,6 +159,19 @@ type Variable struct {
 }
 
 // Validate checks name and value.
+// Limits of variables: a release freezes every variable of its service, so
+// they bound what each configuration change stores.
+const (
+	// MaxVariableValue bounds one value (a secret's plain value too).
+	MaxVariableValue = 32 << 10
+	// MaxVariablesPerScope bounds the variables of a service, or the
+	// environment-wide ones, in one environment.
+	MaxVariablesPerScope = 200
+	// MaxVariableBytesPerScope bounds their values together.
+	MaxVariableBytesPerScope = 256 << 10
+)
+
+// Validate checks a variable.
 func (v Variable) Validate() error {
 	if err := ValidateVariableName(v.Name); err != nil {
 		return err
@@ -166,10 +180,19 @@ func (v Variable) Validate() error {
 		if v.Value != "" {
 			return invalidf("variable %s is a secret and may not carry a plain value", v.Name)
 		}
+		// Sealing adds a nonce and a tag (well under 256 bytes).
+		if len(v.Secret.Ciphertext) > MaxVariableValue+256 {
+			return invalidf("secret %s is longer than %d KiB", v.Name, MaxVariableValue>>10)
+		}
 		return v.Secret.Validate()
 	}
-	if len(v.Value) > 64<<10 {
-		return invalidf("variable %s is longer than 64 KiB", v.Name)
+	if len(v.Value) > MaxVariableValue {
+		return invalidf("variable %s is longer than %d KiB", v.Name, MaxVariableValue>>10)
+	}
+	// Values may hold any text (PEM blocks with CRLF, tabs), but no NUL:
+	// PostgreSQL's text cannot store one.
+	if !utf8.ValidString(v.Value) || strings.ContainsRune(v.Value, 0) {
+		return invalidf("variable %s is not valid UTF-8 text without NUL", v.Name)
 	}
 	if _, err := ParseReferences(v.Value); err != nil {
 		return fmt.Errorf("variable %s: %w", v.Name, err)
