@@ -167,6 +167,12 @@ func run[A aggregate](ctx context.Context, h *Handler, c Context, stream, orgID 
 			if err != nil {
 				return Result{}, err
 			}
+			// The last line of defence of "no input can stop the
+			// projections": PostgreSQL stores no NUL in text or jsonb, so an
+			// event carrying one would stop every projection for good.
+			if HasEscapedNUL(payload) {
+				return Result{}, fmt.Errorf("%w: a text field of %s contains a NUL character (U+0000), which cannot be stored", domain.ErrInvalid, typ)
+			}
 			req.Records = append(req.Records, eventstore.Record{Type: typ, SchemaVersion: v, Payload: payload})
 		}
 		for _, cl := range dec.Claims {
@@ -255,4 +261,20 @@ func (h *Handler) Deployment(ctx context.Context, c Context, orgID, deploymentID
 func (h *Handler) Server(ctx context.Context, c Context, orgID, serverID string, cmd domain.ServerCommand) (Result, error) {
 	return run(ctx, h, c, domain.ServerStream(serverID), orgID, domain.NewServerLink,
 		func(s *domain.ServerLink, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
+}
+
+// HasEscapedNUL reports whether a JSON document holds a string with U+0000
+// (which encoding/json writes as \u0000): it walks the escapes, so an escaped
+// backslash followed by "u0000" is not mistaken for one.
+func HasEscapedNUL(doc []byte) bool {
+	for i := 0; i < len(doc); i++ {
+		if doc[i] != '\\' || i+1 >= len(doc) {
+			continue
+		}
+		if doc[i+1] == 'u' && i+5 < len(doc) && string(doc[i+2:i+6]) == "0000" {
+			return true
+		}
+		i++ // skip the escaped character
+	}
+	return false
 }

@@ -126,3 +126,39 @@ func TestSnapshotEqualsTheFold(t *testing.T) {
 
 	}
 }
+
+func TestHasEscapedNUL(t *testing.T) {
+	t.Parallel()
+	for doc, want := range map[string]bool{
+		`{"a":"x\u0000"}`:   true,
+		`{"a":"\u0000"}`:    true,
+		`{"a":"\\u0000"}`:   false, // a backslash, then the text u0000
+		`{"a":"\\\u0000"}`:  true,
+		`{"a":"\u00001"}`:   true,
+		`{"a":"\u0001"}`:    false,
+		`{"a":"plain"}`:     false,
+		`{"a":"\"\u0000"}`:  true,
+		`{"a":"ends with \\`: false,
+	} {
+		require.Equal(t, want, HasEscapedNUL([]byte(doc)), doc)
+	}
+}
+
+// A NUL in any text field never reaches an event (found from outside: a
+// token named "x\u0000" stopped the projections of every organisation).
+func TestNoNULReachesAnEvent(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	h, err := New(Config{Store: eventstore.New(pool, nil)})
+	require.NoError(t, err)
+	user := uuid.NewString()
+	ctx := context.Background()
+	as := Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: user, Name: "u"}, Person: user}
+	_, err = h.User(ctx, as, user, domain.RegisterUser{UserID: user, Email: "u@example.com", PasswordHash: "x"})
+	require.NoError(t, err)
+	_, err = h.User(ctx, as, user, domain.CreateToken{TokenID: uuid.NewString(), Name: "x\x00", Scopes: []domain.Scope{domain.ScopeProjectsRead}, TokenHash: "h"})
+	require.ErrorIs(t, err, domain.ErrInvalid)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
+	require.Equal(t, 1, n, "nothing was appended")
+}
