@@ -130,14 +130,14 @@ func TestSnapshotEqualsTheFold(t *testing.T) {
 func TestHasEscapedNUL(t *testing.T) {
 	t.Parallel()
 	for doc, want := range map[string]bool{
-		`{"a":"x\u0000"}`:   true,
-		`{"a":"\u0000"}`:    true,
-		`{"a":"\\u0000"}`:   false, // a backslash, then the text u0000
-		`{"a":"\\\u0000"}`:  true,
-		`{"a":"\u00001"}`:   true,
-		`{"a":"\u0001"}`:    false,
-		`{"a":"plain"}`:     false,
-		`{"a":"\"\u0000"}`:  true,
+		`{"a":"x\u0000"}`:    true,
+		`{"a":"\u0000"}`:     true,
+		`{"a":"\\u0000"}`:    false, // a backslash, then the text u0000
+		`{"a":"\\\u0000"}`:   true,
+		`{"a":"\u00001"}`:    true,
+		`{"a":"\u0001"}`:     false,
+		`{"a":"plain"}`:      false,
+		`{"a":"\"\u0000"}`:   true,
 		`{"a":"ends with \\`: false,
 	} {
 		require.Equal(t, want, HasEscapedNUL([]byte(doc)), doc)
