@@ -2,13 +2,11 @@ package api
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/domain"
@@ -18,9 +16,9 @@ import (
 // SetupRequest creates the first user, who is the instance administrator,
 // and the first organisation.
 type SetupRequest struct {
-	Email        string `json:"email"`
+	Email        string `json:"email" input:"max=254"`
 	Name         string `json:"name,omitempty"`
-	Password     string `json:"password"`
+	Password     string `json:"password" input:"opaque"`
 	Organisation string `json:"organisation"`
 }
 
@@ -33,8 +31,8 @@ type SetupResponse struct {
 
 // LoginRequest signs in with e-mail and password.
 type LoginRequest struct {
-	Email    string `json:"email"`
-	Password string `json:"password"`
+	Email    string `json:"email" input:"max=254"`
+	Password string `json:"password" input:"opaque"`
 }
 
 // SessionResponse is a console session: a token that expires.
@@ -68,9 +66,9 @@ type CreatedToken struct {
 
 // CreateUserRequest lets the instance administrator add a user.
 type CreateUserRequest struct {
-	Email         string `json:"email"`
+	Email         string `json:"email" input:"max=254"`
 	Name          string `json:"name,omitempty"`
-	Password      string `json:"password"`
+	Password      string `json:"password" input:"opaque"`
 	InstanceAdmin bool   `json:"instanceAdmin,omitempty"`
 }
 
@@ -81,7 +79,7 @@ type CreateOrganisationRequest struct {
 
 // AddMemberRequest adds a user by e-mail with a role.
 type AddMemberRequest struct {
-	Email string `json:"email"`
+	Email string `json:"email" input:"max=254"`
 	Role  string `json:"role"`
 }
 
@@ -105,11 +103,6 @@ func validatePassword(pw string) error {
 	return nil
 }
 
-func hashPassword(pw string) (string, error) {
-	b, err := bcrypt.GenerateFromPassword([]byte(pw), 12)
-	return string(b), err
-}
-
 func (a *API) setup(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	var req SetupRequest
 	if err := decodeJSON(c.body, &req); err != nil {
@@ -130,7 +123,7 @@ func (a *API) setup(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 	if err := validatePassword(req.Password); err != nil {
 		return 0, nil, err
 	}
-	hash, err := hashPassword(req.Password)
+	hash, err := a.hashPassword(ctx, req.Password)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -182,37 +175,6 @@ func (a *API) issueToken(ctx context.Context, cc command.Context, userID, name s
 	return tok, res, err
 }
 
-func clientAddress(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
-// checkLoginRate counts an attempt for the e-mail address and the client
-// address in PostgreSQL, so every replica shares the limit.
-func (a *API) checkLoginRate(ctx context.Context, email, client string) error {
-	window := a.cfg.Now().Truncate(a.cfg.LoginWindow)
-	for _, k := range []struct {
-		key   string
-		limit int
-	}{{"email:" + email, a.cfg.LoginLimit}, {"client:" + client, a.cfg.LoginLimit * 10}} {
-		var n int
-		if err := a.pool.QueryRow(ctx, `INSERT INTO login_attempts (key, window_start, attempts) VALUES ($1, $2, 1)
-			ON CONFLICT (key, window_start) DO UPDATE SET attempts = login_attempts.attempts + 1 RETURNING attempts`,
-			k.key, window).Scan(&n); err != nil {
-			return err
-		}
-		if n > k.limit {
-			retry := window.Add(a.cfg.LoginWindow).Sub(a.cfg.Now())
-			return &apiError{status: http.StatusTooManyRequests, code: "rate_limited",
-				message: "too many sign-in attempts; try again in " + retry.Round(time.Second).String()}
-		}
-	}
-	return nil
-}
-
 func (a *API) login(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	var req LoginRequest
 	if err := decodeJSON(c.body, &req); err != nil {
@@ -223,25 +185,29 @@ func (a *API) login(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 	}
 	ctx := r.Context()
 	email := strings.ToLower(strings.TrimSpace(req.Email))
-	if err := a.checkLoginRate(ctx, email, clientAddress(r)); err != nil {
-		if ae, ok := err.(*apiError); ok && ae.status == http.StatusTooManyRequests {
-			w.Header().Set("Retry-After", "60")
-		}
+	client := clientAddress(r)
+	if err := a.countLoginAttempt(ctx, email, client); err != nil {
 		return 0, nil, err
 	}
 	userID, hash, err := query.Credentials(ctx, a.pool, email)
 	if err != nil && !isNotFound(err) {
+		a.uncountLoginAttempt(ctx, email, client, false)
 		return 0, nil, err
 	}
 	if err != nil {
 		// Spend the same time as a wrong password, so that timing does not
 		// tell which addresses have accounts.
-		_ = bcrypt.CompareHashAndPassword([]byte("$2a$12$C6UzMDM.H6dfI/f/IKxGhuOe4N0V/9yuE6ZUjMrQ6R7w4dOK7Tc7y"), []byte(req.Password))
+		userID, hash = "", dummyHash
+	}
+	ok, err := a.checkPassword(ctx, hash, req.Password)
+	if err != nil {
+		a.uncountLoginAttempt(ctx, email, client, false)
+		return 0, nil, err
+	}
+	if !ok || userID == "" {
 		return 0, nil, unauthorized("wrong e-mail address or password")
 	}
-	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(req.Password)) != nil {
-		return 0, nil, unauthorized("wrong e-mail address or password")
-	}
+	a.uncountLoginAttempt(ctx, email, client, true)
 	user, err := query.UserByID(ctx, a.pool, userID)
 	if err != nil {
 		return 0, nil, err
@@ -373,11 +339,11 @@ func (a *API) createUser(w http.ResponseWriter, r *http.Request, c *call) (int, 
 	if err := validatePassword(req.Password); err != nil {
 		return 0, nil, err
 	}
-	hash, err := hashPassword(req.Password)
+	ctx := r.Context()
+	hash, err := a.hashPassword(ctx, req.Password)
 	if err != nil {
 		return 0, nil, err
 	}
-	ctx := r.Context()
 	id := uuid.NewString()
 	res, err := a.cmd.User(ctx, commandContext(r, c), id, domain.RegisterUser{UserID: id, Email: req.Email, Name: req.Name, PasswordHash: hash, InstanceAdmin: req.InstanceAdmin})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,9 +24,11 @@ import (
 	"github.com/nebulactrl/nebulactrl/telemetry"
 )
 
-// Sealer seals secret values before they become part of a command.
+// Sealer seals secret values before they become part of a command, and
+// seals and opens the responses kept for idempotent replays.
 type Sealer interface {
 	Seal(ctx context.Context, orgID string, plaintext []byte) (domain.SealedValue, error)
+	Open(ctx context.Context, v domain.SealedValue) ([]byte, error)
 }
 
 // Config is what the API needs.
@@ -41,10 +44,15 @@ type Config struct {
 	Version string
 	// Registry receives the API's metrics; nil makes a private one.
 	Registry *prometheus.Registry
-	// LoginLimit and LoginWindow bound password attempts per e-mail address
-	// (ten times as many per client address), shared by all replicas.
+	// LoginLimit and LoginWindow bound failed password attempts per e-mail
+	// address and client address (ten times as many per client address),
+	// shared by all replicas.
 	LoginLimit  int
 	LoginWindow time.Duration
+	// LoginConcurrency bounds the passwords hashed at once (default: half
+	// the processors, at least one); LoginQueue bounds the sign-ins waiting
+	// for their turn (default 16): more get 429 at once.
+	LoginConcurrency, LoginQueue int
 	// SessionTTL is how long a console session lasts.
 	SessionTTL time.Duration
 	// ConsistencyTimeout bounds how long a write waits for its projection.
@@ -81,6 +89,7 @@ type API struct {
 	mux     *http.ServeMux
 	metrics *metrics
 	doc     openapiDoc
+	gate    *hashGate
 	// closing is closed by CloseStreams.
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -118,32 +127,77 @@ func New(cfg Config) (*API, error) {
 	}
 	a := &API{cfg: cfg, pool: cfg.Pool, cmd: cfg.Commands, logger: cfg.Logger, mux: http.NewServeMux(), closing: make(chan struct{})}
 	a.metrics = newMetrics(cfg.Registry)
+	a.gate = newHashGate(cfg.LoginConcurrency, cfg.LoginQueue)
 	a.routes = a.routeTable()
 	for _, rt := range a.routes {
 		a.mux.Handle(rt.method+" "+rt.path, a.wrap(rt))
 	}
 	a.mux.HandleFunc("GET /api/v1/openapi.json", a.serveOpenAPI)
-	a.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		a.writeError(w, r, errorf(http.StatusNotFound, "not_found", "no route %s %s", r.Method, r.URL.Path))
-	})
+	a.mux.HandleFunc("/api/", a.noRoute)
 	return a, nil
 }
 
-// Handler serves the API, with request ids.
-func (a *API) Handler() http.Handler { return withRequestID(a.mux) }
+// noRoute answers what no route matches: 405 with Allow when the path is a
+// route's with another method, 404 otherwise.
+func (a *API) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := a.mux.Handler(probe); pattern != "" && pattern != "/api/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		a.writeError(w, r, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	a.writeError(w, r, errorf(http.StatusNotFound, "not_found", "no route %s %s", r.Method, r.URL.Path))
+}
 
-// RouteInfo describes a route: for tests of access control and of the document.
+// Handler serves the API, with request ids and the headers every API
+// response carries: answers are not to be sniffed as another type, nor
+// cached (they hold secrets and per-user data).
+func (a *API) Handler() http.Handler {
+	next := withRequestID(a.mux)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// RouteInfo describes a route: for tests of access control, of the
+// document and of bad input.
 type RouteInfo struct {
 	Method, Path string
 	Scope        domain.Scope
 	Public       bool
+	// Request is a zero value of the body's type; nil for no body.
+	Request any
+	// Query names the query parameters, with their types (integer, string).
+	Query map[string]string
+	// Creating routes honour Idempotency-Key.
+	Creating bool
 }
 
 // Routes lists every route.
 func (a *API) Routes() []RouteInfo {
 	out := make([]RouteInfo, 0, len(a.routes))
 	for _, r := range a.routes {
-		out = append(out, RouteInfo{Method: r.method, Path: r.path, Scope: r.scope, Public: r.public})
+		info := RouteInfo{Method: r.method, Path: r.path, Scope: r.scope, Public: r.public, Request: r.request, Creating: r.creating && !r.public}
+		if len(r.query) > 0 || r.events != nil {
+			info.Query = map[string]string{}
+		}
+		for _, q := range r.query {
+			info.Query[q.name] = q.typ
+		}
+		if r.events != nil {
+			info.Query["lastEventId"] = "integer"
+		}
+		out = append(out, info)
 	}
 	return out
 }

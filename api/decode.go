@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -26,8 +27,9 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-// decodeJSON reads the body strictly into v: unknown fields, trailing data
-// and wrong types are refused with a message that names the problem.
+// decodeJSON reads the body strictly into v: unknown fields, trailing data,
+// wrong types and duplicate keys are refused (400) with a message that names
+// the problem; strings that break the rules of input.go are refused (422).
 func decodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("the request needs a JSON body")
@@ -50,7 +52,7 @@ func decodeJSON(body []byte, v any) error {
 	if dec.More() {
 		return badRequest("the body has data after the JSON value")
 	}
-	return nil
+	return checkStrings(body, reflect.TypeOf(v))
 }
 
 func required(fields map[string]string) error {

@@ -30,6 +30,8 @@ type apiError struct {
 	status  int
 	code    string
 	message string
+	// retryAfter, in seconds, is sent as Retry-After when set.
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -64,19 +66,19 @@ func toAPIError(err error) *apiError {
 	}
 	switch {
 	case errors.Is(err, domain.ErrInvalid):
-		return &apiError{http.StatusUnprocessableEntity, "validation_failed", clean("invalid")}
+		return &apiError{status: http.StatusUnprocessableEntity, code: "validation_failed", message: clean("invalid")}
 	case errors.Is(err, domain.ErrForbidden):
-		return &apiError{http.StatusForbidden, "forbidden", clean("forbidden")}
+		return &apiError{status: http.StatusForbidden, code: "forbidden", message: clean("forbidden")}
 	case errors.Is(err, domain.ErrNotFound), errors.Is(err, query.ErrNotFound):
-		return &apiError{http.StatusNotFound, "not_found", clean("not found")}
+		return &apiError{status: http.StatusNotFound, code: "not_found", message: clean("not found")}
 	case errors.Is(err, domain.ErrConflict):
-		return &apiError{http.StatusConflict, "conflict", clean("conflict")}
+		return &apiError{status: http.StatusConflict, code: "conflict", message: clean("conflict")}
 	case errors.Is(err, image.ErrInvalidReference), errors.Is(err, image.ErrNotFound), errors.Is(err, image.ErrUnauthorized), errors.Is(err, image.ErrUnreachable):
-		return &apiError{http.StatusUnprocessableEntity, "image_unresolvable", msg}
+		return &apiError{status: http.StatusUnprocessableEntity, code: "image_unresolvable", message: msg}
 	case isUnavailable(err):
-		return &apiError{http.StatusServiceUnavailable, "database_unavailable", "the database is not reachable; try again shortly"}
+		return &apiError{status: http.StatusServiceUnavailable, code: "database_unavailable", message: "the database is not reachable; try again shortly"}
 	}
-	return &apiError{http.StatusInternalServerError, "internal", "internal error"}
+	return &apiError{status: http.StatusInternalServerError, code: "internal", message: "internal error"}
 }
 
 // isUnavailable reports whether err means the database cannot be reached.
@@ -107,6 +109,9 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := toAPIError(err)
 	if ae.status >= 500 {
 		a.logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", requestID(r.Context()), "err", err)
+	}
+	if ae.retryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfter(ae.retryAfter))
 	}
 	writeJSON(w, ae.status, Error{Error: ErrorBody{Code: ae.code, Message: ae.message}})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -27,7 +28,7 @@ func (a *API) OpenAPI() (*openapi3.T, error) {
 	doc := &openapi3.T{
 		OpenAPI: "3.0.3",
 		Info: &openapi3.Info{Title: "NebulaCtrl API", Version: a.cfg.Version,
-			Description: "The NebulaCtrl control plane. Bearer tokens (Authorization: Bearer nbl_...) carry scopes; errors are {\"error\": {\"code\", \"message\"}}."},
+			Description: "The NebulaCtrl control plane. Bearer tokens (Authorization: Bearer nbl_...) carry scopes; errors are {\"error\": {\"code\", \"message\"}}. " + inputRules},
 		Paths: openapi3.NewPaths(),
 		Components: &openapi3.Components{
 			Schemas: openapi3.Schemas{},
@@ -36,7 +37,8 @@ func (a *API) OpenAPI() (*openapi3.T, error) {
 			},
 		},
 	}
-	gen := openapi3gen.NewGenerator(openapi3gen.UseAllExportedFields(), openapi3gen.CreateComponentSchemas(openapi3gen.ExportComponentSchemasOptions{ExportComponentSchemas: true, ExportTopLevelSchema: true}))
+	gen := openapi3gen.NewGenerator(openapi3gen.UseAllExportedFields(), openapi3gen.CreateComponentSchemas(openapi3gen.ExportComponentSchemasOptions{ExportComponentSchemas: true, ExportTopLevelSchema: true}),
+		openapi3gen.SchemaCustomizer(documentInputRule))
 	schema := func(v any) (*openapi3.SchemaRef, error) {
 		return gen.NewSchemaRefForValue(v, doc.Components.Schemas)
 	}
@@ -110,6 +112,24 @@ func (a *API) OpenAPI() (*openapi3.T, error) {
 	return doc, nil
 }
 
+// inputRules is what the document says of every string a request carries.
+const inputRules = "Request bodies are application/json (other media types: 415). Every string in a body, a path segment or a query parameter " +
+	"is valid UTF-8 without U+0000 and at most 1024 bytes unless its schema gives another maxLength (path segments: 256); " +
+	"names, e-mail addresses, hosts, images and every path or query parameter hold no control characters and no bidirectional " +
+	"formatting characters (U+202A-U+202E, U+2066-U+2069); free text (a reason, a command's arguments) may hold line breaks and tabs; " +
+	"passwords and variable values may hold anything but U+0000. Refusals are 422 validation_failed naming the field " +
+	"(variables[0].value); malformed JSON, unknown fields, wrong types and a key given twice are 400 invalid_request."
+
+// documentInputRule shows a string field's bound as its maxLength.
+func documentInputRule(_ string, t reflect.Type, tag reflect.StructTag, schema *openapi3.Schema) error {
+	rule, ok := tag.Lookup("input")
+	if !ok || t.Kind() != reflect.String {
+		return nil
+	}
+	schema.MaxLength = openapi3.Uint64Ptr(uint64(parseRule(rule).max))
+	return nil
+}
+
 // StreamMediaType is the media type of the server-sent event streams.
 const StreamMediaType = "text/event-stream"
 
@@ -140,8 +160,18 @@ func streamResponse(op *openapi3.Operation, rt route, schema func(any) (*openapi
 	return nil
 }
 
-func errorStatuses(route) []int {
-	return []int{400, 401, 403, 404, 409, 413, 422, 429, 500, 503}
+func errorStatuses(rt route) []int {
+	out := []int{400, 401, 403, 404, 409}
+	if rt.creating && !rt.public {
+		// A replay whose response cannot be shown again (its secret was
+		// revoked since, or it can no longer be opened).
+		out = append(out, 410)
+	}
+	out = append(out, 413)
+	if rt.request != nil {
+		out = append(out, 415)
+	}
+	return append(out, 422, 429, 500, 503)
 }
 
 func operationID(rt route) string {

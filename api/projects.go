@@ -46,7 +46,7 @@ type UpdateEnvironmentRequest struct {
 type ServiceRequest struct {
 	Name                    string           `json:"name,omitempty"`
 	Image                   string           `json:"image,omitempty"`
-	GitURL                  string           `json:"gitUrl,omitempty"`
+	GitURL                  string           `json:"gitUrl,omitempty" input:"max=2048"`
 	GitBranch               string           `json:"gitBranch,omitempty"`
 	Port                    *int             `json:"port,omitempty"`
 	Replicas                *int             `json:"replicas,omitempty"`
@@ -66,7 +66,7 @@ func (req ServiceRequest) deadline(current int) int {
 // is stored and never returned.
 type VariableInput struct {
 	Name   string `json:"name"`
-	Value  string `json:"value"`
+	Value  string `json:"value" input:"opaque,max=65536"`
 	Secret bool   `json:"secret,omitempty"`
 }
 
@@ -111,7 +111,7 @@ type DeployResponse struct {
 // it: 422 without one, 409 when changes joined the change set since (review
 // it again). A rejection may give a reason.
 type ChangeSetDecision struct {
-	Reason  string `json:"reason,omitempty"`
+	Reason  string `json:"reason,omitempty" input:"text,max=4096"`
 	Version int    `json:"version,omitempty"`
 }
 

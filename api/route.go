@@ -1,10 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -112,6 +114,10 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		}
 		c.principal, c.actor, c.tokenID = p, actor, tokenID
 	}
+	if err := checkPathAndQuery(r, rt); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
 	if err := a.resolve(r, rt, c); err != nil {
 		a.writeError(w, r, err)
 		return
@@ -121,6 +127,18 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		if err != nil {
 			a.writeError(w, r, err)
 			return
+		}
+		// Every body is checked against its route's request type here, so
+		// that no handler can forget it: the handler decodes it again.
+		if len(bytes.TrimSpace(body)) > 0 {
+			if err := checkContentType(r); err != nil {
+				a.writeError(w, r, err)
+				return
+			}
+			if err := decodeJSON(body, reflect.New(reflect.TypeOf(rt.request)).Interface()); err != nil {
+				a.writeError(w, r, err)
+				return
+			}
 		}
 		c.body = body
 	}

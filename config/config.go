@@ -4,12 +4,14 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +31,20 @@ const (
 	// EnvInsecureRegistries lists registries (host:port, comma-separated)
 	// reached over plain HTTP: development registries on loopback only.
 	EnvInsecureRegistries = "NEBULACTRL_INSECURE_REGISTRIES"
+	// EnvAllowedRegistries lists registries ("host" or "host:port",
+	// comma-separated) that image resolution may reach on loopback,
+	// link-local or other addresses it refuses otherwise.
+	EnvAllowedRegistries = "NEBULACTRL_ALLOWED_REGISTRIES"
+	// EnvRegistryDenyPrivate (true/false, default false) makes image
+	// resolution refuse private addresses (10/8, 172.16/12, 192.168/16,
+	// fc00::/7, 100.64/10) too, unless the registry is listed.
+	EnvRegistryDenyPrivate = "NEBULACTRL_REGISTRY_DENY_PRIVATE"
+	// EnvRegistryAuthFile is a Docker config file with registry credentials
+	// (default: the Docker config of the user running the control plane).
+	EnvRegistryAuthFile = "NEBULACTRL_REGISTRY_AUTH_FILE"
+	// EnvRegistryAuth holds registry credentials as JSON,
+	// {"host": {"username": "...", "password": "..."}}, asked first.
+	EnvRegistryAuth = "NEBULACTRL_REGISTRY_AUTH"
 	// EnvApprovalTTL is how long a change set waits for a decision before it
 	// expires (a Go duration, default 72h).
 	EnvApprovalTTL = "NEBULACTRL_APPROVAL_TTL"
@@ -56,6 +72,12 @@ type Config struct {
 	TLSCert, TLSKey string
 	// InsecureRegistries are reached over plain HTTP.
 	InsecureRegistries []string
+	// AllowedRegistries, RegistryDenyPrivate, RegistryAuthFile and
+	// RegistryAuth: see the variables of the same names.
+	AllowedRegistries   []string
+	RegistryDenyPrivate bool
+	RegistryAuthFile    string
+	RegistryAuth        string
 	// ApprovalTTL and StallTimeout: see EnvApprovalTTL and EnvStallTimeout.
 	ApprovalTTL, StallTimeout time.Duration
 	// EnvFile is the .env file that was read (or would be written).
@@ -108,10 +130,24 @@ func Load(envFile string) (Config, error) {
 		TLSKey:      get(EnvTLSKey),
 		EnvFile:     envFile,
 	}
-	for _, r := range strings.Split(get(EnvInsecureRegistries), ",") {
-		if r = strings.TrimSpace(r); r != "" {
-			c.InsecureRegistries = append(c.InsecureRegistries, r)
+	for _, list := range []struct {
+		env string
+		to  *[]string
+	}{{EnvInsecureRegistries, &c.InsecureRegistries}, {EnvAllowedRegistries, &c.AllowedRegistries}} {
+		for _, r := range strings.Split(get(list.env), ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				*list.to = append(*list.to, r)
+			}
 		}
+	}
+	c.RegistryAuthFile = get(EnvRegistryAuthFile)
+	c.RegistryAuth = get(EnvRegistryAuth)
+	if v := get(EnvRegistryDenyPrivate); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("%s=%q: want true or false", EnvRegistryDenyPrivate, v)
+		}
+		c.RegistryDenyPrivate = b
 	}
 	for _, d := range []struct {
 		env string
@@ -176,6 +212,27 @@ func (c Config) Validate() error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, fmt.Errorf("%s and %s go together", EnvTLSCert, EnvTLSKey))
+	}
+	if c.RegistryAuthFile != "" {
+		if f, err := os.Open(c.RegistryAuthFile); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q cannot be read: %w", EnvRegistryAuthFile, c.RegistryAuthFile, err))
+		} else {
+			f.Close()
+		}
+	}
+	if c.RegistryAuth != "" && !json.Valid([]byte(c.RegistryAuth)) {
+		// Never quote the value: it holds passwords.
+		errs = append(errs, fmt.Errorf(`%s is not JSON; want {"registry.example.com": {"username": "...", "password": "..."}}`, EnvRegistryAuth))
+	}
+	for _, list := range []struct {
+		env   string
+		hosts []string
+	}{{EnvInsecureRegistries, c.InsecureRegistries}, {EnvAllowedRegistries, c.AllowedRegistries}} {
+		for _, h := range list.hosts {
+			if strings.ContainsAny(h, "/ ") {
+				errs = append(errs, fmt.Errorf("%s: %q is not a registry host (host or host:port, no scheme or path)", list.env, h))
+			}
+		}
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

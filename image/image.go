@@ -12,9 +12,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -58,17 +60,36 @@ type Config struct {
 	// references, e.g. "127.0.0.1:5000" or "localhost:5000") that may be
 	// reached over plain HTTP. It is meant for loopback development
 	// registries only: over plain HTTP credentials and manifests travel
-	// unprotected.
+	// unprotected. A registry listed here is also exempt from the address
+	// policy (see Allowed).
 	Insecure []string
+	// Allowed lists registries ("host" for any port, or "host:port") that
+	// may resolve to any address. Every other registry, and every host a
+	// registry redirects to, is refused when it resolves to a loopback,
+	// unspecified, link-local, multicast or cloud metadata address (and to a
+	// private address with DenyPrivate).
+	Allowed []string
+	// DenyPrivate refuses private addresses (10/8, 172.16/12, 192.168/16,
+	// fc00::/7, 100.64/10) too, unless the registry is listed.
+	DenyPrivate bool
 	// Timeout bounds one Resolve call, all round trips included.
 	// Default DefaultTimeout.
 	Timeout time.Duration
-	// Keychain supplies registry credentials. Default authn.DefaultKeychain
-	// (the Docker config and credential helpers of the current user).
+	// Auth are credentials by registry host ("host" or "host:port"), asked
+	// first (NEBULACTRL_REGISTRY_AUTH; see ParseAuth).
+	Auth map[string]authn.AuthConfig
+	// AuthFile is a Docker config file (its "auths" and credential helpers)
+	// asked after Auth, instead of Keychain. It is read at every Resolve, so
+	// a rotated token is picked up without a restart.
+	AuthFile string
+	// Keychain supplies registry credentials when AuthFile is empty.
+	// Default authn.DefaultKeychain (the Docker config and credential
+	// helpers of the current user: $DOCKER_CONFIG or ~/.docker/config.json).
 	Keychain authn.Keychain
-	// Transport carries the HTTP requests (tests, proxies). Default
-	// remote.DefaultTransport.
-	Transport http.RoundTripper
+	// Transport is the base of the HTTP transport (TLS settings, proxy; tests).
+	// Its DialContext is replaced and its Proxy wrapped, so every connection
+	// passes the address policy. Default remote.DefaultTransport.
+	Transport *http.Transport
 	// UserAgent is sent to the registry. Default DefaultUserAgent.
 	UserAgent string
 }
@@ -85,11 +106,12 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Resolver pins image references to digests. It holds no mutable state and is
-// safe for concurrent use.
+// Resolver pins image references to digests. It is safe for concurrent use.
 type Resolver struct {
-	cfg      Config
-	insecure map[string]bool
+	cfg       Config
+	insecure  map[string]bool
+	keychain  authn.Keychain
+	transport *http.Transport
 }
 
 // NewResolver returns a Resolver with cfg's zero fields set to their defaults.
@@ -103,10 +125,29 @@ func NewResolver(cfg Config) *Resolver {
 			insecure[h] = true
 		}
 	}
-	// The map is built here, once, so a caller mutating its slice later
-	// cannot change this Resolver.
-	cfg.Insecure = nil
-	return &Resolver{cfg: cfg, insecure: insecure}
+	base := cfg.Transport
+	if base == nil {
+		base = remote.DefaultTransport.(*http.Transport)
+	}
+	tr := base.Clone()
+	g := newGuard(newHostList(cfg.Insecure, cfg.Allowed), cfg.DenyPrivate, base.Proxy)
+	tr.DialContext = g.DialContext
+	tr.DialTLSContext = nil
+	tr.Proxy = g.Proxy
+
+	keychains := []authn.Keychain{}
+	if len(cfg.Auth) > 0 {
+		keychains = append(keychains, staticKeychain(cfg.Auth))
+	}
+	if cfg.AuthFile != "" {
+		keychains = append(keychains, fileKeychain(cfg.AuthFile))
+	} else {
+		keychains = append(keychains, cfg.Keychain)
+	}
+	// The lists are copied here, once, so a caller mutating its slices or
+	// map later cannot change this Resolver.
+	cfg.Insecure, cfg.Allowed, cfg.Auth, cfg.Transport = nil, nil, nil, nil
+	return &Resolver{cfg: cfg, insecure: insecure, keychain: authn.NewMultiKeychain(keychains...), transport: tr}
 }
 
 // IsPinned reports whether ref is a valid image reference that names its
@@ -147,11 +188,9 @@ func (r *Resolver) Resolve(ctx context.Context, ref string) (string, error) {
 
 	opts := []remote.Option{
 		remote.WithContext(tctx),
-		remote.WithAuthFromKeychain(r.cfg.Keychain),
+		remote.WithAuthFromKeychain(r.keychain),
 		remote.WithUserAgent(r.cfg.UserAgent),
-	}
-	if r.cfg.Transport != nil {
-		opts = append(opts, remote.WithTransport(r.cfg.Transport))
+		remote.WithTransport(r.transport),
 	}
 	// One Puller for both requests so a GET fallback reuses the HEAD's
 	// authentication instead of pinging the registry again.
@@ -225,20 +264,14 @@ func parse(ref string) (name.Reference, error) {
 	return parsed, nil
 }
 
-func invalid(ref, why string, cause error) error {
-	return &resolveError{
-		kind: ErrInvalidReference,
-		msg: fmt.Sprintf("image reference %q is invalid: %s; use registry/repository:tag or registry/repository@sha256:<digest>",
-			ref, why),
-		cause: cause,
-	}
-}
-
-// resolveError carries a complete user-facing message, which already
-// includes what its cause says, while still matching its sentinel and its
-// cause with errors.Is / errors.As.
+// resolveError carries a complete user-facing message while still matching
+// its sentinels and its cause with errors.Is / errors.As. The message is made
+// here from what this process knows (the reference, the registry, the HTTP
+// status, the kind of network failure); it never quotes what a remote sent
+// (a response body, a header, a redirect target), so image resolution cannot
+// be used to read another service's answers.
 type resolveError struct {
-	kind  error
+	kinds []error
 	msg   string
 	cause error
 }
@@ -247,16 +280,31 @@ func (e *resolveError) Error() string { return e.msg }
 
 func (e *resolveError) Unwrap() []error {
 	if e.cause == nil {
-		return []error{e.kind}
+		return e.kinds
 	}
-	return []error{e.kind, e.cause}
+	return append(append([]error(nil), e.kinds...), e.cause)
 }
 
-// failure builds a classified error whose message ends with the cause, in the
-// usual "context: cause" shape.
-func failure(kind error, cause error, format string, args ...any) error {
-	return &resolveError{kind: kind, msg: fmt.Sprintf(format, args...) + ": " + cause.Error(), cause: cause}
+func invalid(ref, why string, cause error) error {
+	return &resolveError{
+		kinds: []error{ErrInvalidReference},
+		msg: fmt.Sprintf("image reference %q is invalid: %s; use registry/repository:tag or registry/repository@sha256:<digest>",
+			ref, why),
+		cause: cause,
+	}
 }
+
+// failure builds a classified error with a message of this package's own.
+func failure(kinds []error, cause error, format string, args ...any) error {
+	return &resolveError{kinds: kinds, msg: fmt.Sprintf(format, args...), cause: cause}
+}
+
+var (
+	notFound     = []error{ErrNotFound}
+	unauthorized = []error{ErrUnauthorized}
+	unreachable  = []error{ErrUnreachable}
+	refused      = []error{ErrAddressRefused, ErrUnreachable}
+)
 
 // classify turns an error from go-containerregistry into one that names the
 // reference, says what to check, and matches the right sentinel. ctx is the
@@ -270,6 +318,31 @@ func (r *Resolver) classify(ctx, tctx context.Context, ref string, parsed name.R
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("resolving image %q: %w", ref, ctxErr)
 	}
+	var re *refusedError
+	if errors.As(err, &re) {
+		where := "registry " + registry
+		if !isRegistryAddr(parsed.Context().Registry, re.addr) {
+			// A redirect or the registry's token service led elsewhere.
+			where += " sent the request on to a host that"
+		}
+		what := "is " + re.reason
+		if re.ip.IsValid() {
+			what = fmt.Sprintf("resolves to %s (%s)", re.ip, re.reason)
+		}
+		return failure(refused, err, "image %q: %s %s, which image resolution does not contact; "+
+			"an operator can allow a registry there with NEBULACTRL_ALLOWED_REGISTRIES (or NEBULACTRL_INSECURE_REGISTRIES for plain HTTP)",
+			ref, where, what)
+	}
+	if isLibraryRefusal(err) {
+		return failure(refused, err, "image %q: registry %s sent the request on to a private, loopback or link-local address, which image resolution does not follow; "+
+			"an operator can allow a registry there with NEBULACTRL_ALLOWED_REGISTRIES (or NEBULACTRL_INSECURE_REGISTRIES for plain HTTP)",
+			ref, registry)
+	}
+	var fe *authFileError
+	if errors.As(err, &fe) {
+		return failure(unauthorized, err, "image %q: the registry credentials file %s could not be read (%s); check NEBULACTRL_REGISTRY_AUTH_FILE",
+			ref, fe.path, fe.what)
+	}
 	// An HTTP answer from the registry says more than anything else.
 	var te *transport.Error
 	if errors.As(err, &te) {
@@ -281,21 +354,47 @@ func (r *Resolver) classify(ctx, tctx context.Context, ref string, parsed name.R
 			// the library reported the cut-off request some other way.
 			err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 		}
-		return failure(ErrUnreachable, err, "image %q: registry %s did not answer within %s; check that the registry is up and reachable from here",
+		return failure(unreachable, err, "image %q: registry %s did not answer within %s; check that the registry is up and reachable from here",
 			ref, registry, r.cfg.Timeout)
 	}
-
-	if isTLS(err) {
-		return failure(ErrUnreachable, err, "image %q: TLS with registry %s failed; check the registry's certificate (a loopback development registry on plain HTTP must be listed as insecure)",
-			ref, registry)
+	if why := tlsFailure(err); why != "" {
+		return failure(unreachable, err, "image %q: TLS with registry %s failed: %s; check the registry's certificate (a loopback development registry on plain HTTP must be listed as insecure)",
+			ref, registry, why)
 	}
 	if isNetwork(err) {
-		return failure(ErrUnreachable, err, "image %q: registry %s is unreachable; check the registry host and port, DNS and network access",
-			ref, registry)
+		return failure(unreachable, err, "image %q: registry %s is unreachable (%s); check the registry host and port, DNS and network access",
+			ref, registry, networkFailure(err))
 	}
 	// A registry that answered but made no sense (digest mismatch, missing
-	// headers): no sentinel fits, the cause says what went wrong.
-	return fmt.Errorf("image %q: registry %s gave an unusable answer for %s: %w", ref, registry, repo, err)
+	// headers, a manifest that does not parse): no sentinel fits.
+	return failure(nil, err, "image %q: registry %s gave an unusable answer for %s; check the registry's health and that the reference names an image",
+		ref, registry, repo)
+}
+
+// isRegistryAddr reports whether the dial address addr is the registry's own
+// (rather than where a redirect or a token realm led).
+func isRegistryAddr(reg name.Registry, addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	rh, rp, err := net.SplitHostPort(reg.RegistryStr())
+	if err != nil {
+		rh, rp = reg.RegistryStr(), ""
+	}
+	if !strings.EqualFold(strings.Trim(rh, "[]"), host) {
+		return false
+	}
+	return rp == port || (rp == "" && (port == "443" || port == "80"))
+}
+
+// isLibraryRefusal recognises go-containerregistry's own SSRF checks (a
+// redirect to, or a token realm on, a private or link-local IP literal):
+// the address policy would refuse those connections too, but the library
+// stops first, with plain errors.
+func isLibraryRefusal(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "SSRF protection: redirect") || strings.Contains(msg, "is a private or link-local address")
 }
 
 func classifyStatus(ref string, parsed name.Reference, te *transport.Error, err error) error {
@@ -307,24 +406,24 @@ func classifyStatus(ref string, parsed name.Reference, te *transport.Error, err 
 	}
 	switch {
 	case codes[transport.NameUnknownErrorCode]:
-		return failure(ErrNotFound, err, "image %q not found: repository %s does not exist on the registry; check the repository name",
+		return failure(notFound, err, "image %q not found: repository %s does not exist on the registry; check the repository name",
 			ref, repo)
 	case codes[transport.ManifestUnknownErrorCode] || te.StatusCode == http.StatusNotFound:
-		return failure(ErrNotFound, err, "%s", notFoundMsg(ref, parsed))
+		return failure(notFound, err, "%s", notFoundMsg(ref, parsed))
 	case codes[transport.DeniedErrorCode] || te.StatusCode == http.StatusForbidden:
-		return failure(ErrUnauthorized, err, "image %q: registry %s denied access to %s; check that your credentials may pull this repository",
-			ref, registry, repo)
+		return failure(unauthorized, err, "image %q: registry %s denied access to %s (HTTP %d); check that the credentials configured for it may pull this repository",
+			ref, registry, repo, te.StatusCode)
 	case codes[transport.UnauthorizedErrorCode] || te.StatusCode == http.StatusUnauthorized:
 		// Several registries (Docker Hub among them) answer 401 rather than
 		// 404 for a private or non-existent repository, so mention both.
-		return failure(ErrUnauthorized, err, "image %q: registry %s requires authentication for %s; check your credentials (docker login %s) and that the repository name is right",
-			ref, registry, repo, registry)
+		return failure(unauthorized, err, "image %q: registry %s requires authentication for %s (HTTP %d); check the credentials configured for it (NEBULACTRL_REGISTRY_AUTH, NEBULACTRL_REGISTRY_AUTH_FILE or the Docker config) and that the repository name is right",
+			ref, registry, repo, te.StatusCode)
 	case codes[transport.TooManyRequestsErrorCode] || te.StatusCode == http.StatusTooManyRequests:
-		return fmt.Errorf("image %q: registry %s is rate limiting requests; try again later or authenticate for a higher limit: %w",
-			ref, registry, err)
+		return failure(nil, err, "image %q: registry %s is rate limiting requests (HTTP %d); try again later or configure credentials for a higher limit",
+			ref, registry, te.StatusCode)
 	default:
-		return fmt.Errorf("image %q: registry %s answered HTTP %d %s; check the registry's health and try again: %w",
-			ref, registry, te.StatusCode, http.StatusText(te.StatusCode), err)
+		return failure(nil, err, "image %q: registry %s answered HTTP %d %s; check the registry's health and try again",
+			ref, registry, te.StatusCode, http.StatusText(te.StatusCode))
 	}
 }
 
@@ -348,7 +447,32 @@ func isNetwork(err error) bool {
 	return errors.As(err, &ne)
 }
 
-func isTLS(err error) bool {
+// networkFailure names the kind of network failure in words of this
+// package (the error's own text carries URLs, which can come from a remote).
+func networkFailure(err error) string {
+	var dnsErr *net.DNSError
+	var ne net.Error
+	switch {
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		return "its name does not resolve"
+	case errors.As(err, &dnsErr):
+		return "DNS lookup failed"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to host"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timed out"
+	default:
+		return "network error"
+	}
+}
+
+// tlsFailure names a TLS failure, or "" when err is not one. The
+// certificate's own contents (its names) are not repeated.
+func tlsFailure(err error) string {
 	var (
 		verr  *tls.CertificateVerificationError
 		rherr tls.RecordHeaderError
@@ -356,6 +480,17 @@ func isTLS(err error) bool {
 		hnerr x509.HostnameError
 		cierr x509.CertificateInvalidError
 	)
-	return errors.As(err, &verr) || errors.As(err, &rherr) || errors.As(err, &uaerr) ||
-		errors.As(err, &hnerr) || errors.As(err, &cierr)
+	switch {
+	case errors.As(err, &hnerr):
+		return "its certificate is not valid for this host name"
+	case errors.As(err, &uaerr):
+		return "its certificate is not signed by a trusted authority"
+	case errors.As(err, &cierr):
+		return "its certificate is invalid or expired"
+	case errors.As(err, &rherr):
+		return "it does not speak TLS"
+	case errors.As(err, &verr):
+		return "its certificate could not be verified"
+	}
+	return ""
 }

@@ -120,9 +120,14 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	waker := store.NewWaker(replica, projections.ProjectedChannel)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registryAuth, err := image.ParseAuth(cfg.RegistryAuth)
+	if err != nil {
+		return fmt.Errorf("%s: %w", config.EnvRegistryAuth, err)
+	}
 	a, err := api.New(api.Config{
 		Pool: pool, Commands: cmd, Sealer: sealer, Changed: waker.Changed, Logger: log, Version: opts.Version,
-		Images:    image.NewResolver(image.Config{Insecure: cfg.InsecureRegistries}),
+		Images: image.NewResolver(image.Config{Insecure: cfg.InsecureRegistries, Allowed: cfg.AllowedRegistries,
+			DenyPrivate: cfg.RegistryDenyPrivate, AuthFile: cfg.RegistryAuthFile, Auth: registryAuth}),
 		Registry:  registry,
 		Now:       opts.Now,
 		Telemetry: tel,
