@@ -199,7 +199,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		fmt.Fprintf(w, "NebulaCtrl %s\nAPI: %s/api/v1 (OpenAPI: /api/v1/openapi.json)\n", opts.Version, strings.TrimRight(cfg.PublicURL, "/"))
 	})
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           strictTransport(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
@@ -303,6 +303,20 @@ func refreshHub(ctx context.Context, hub *transport.Hub, link *agentlink.Link, w
 	}
 }
 
+// strictTransport tells browsers that came over TLS to come back over TLS
+// only, for a year (HSTS). Answers over plain HTTP never carry it: a browser
+// ignores it there, and the control plane may be served behind a proxy that
+// terminates TLS, which sets its own. Subdomains are not included: the
+// control plane's host name does not speak for its siblings.
+func strictTransport(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil {
+			w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // replicaName names this process among the replicas: stable across restarts
 // of one replica (its watermill consumer group), distinct between replicas.
 func replicaName(addr string) string {
@@ -394,7 +408,10 @@ func backgroundJobs(store *eventstore.Store, pool *pgxpool.Pool, tel *telemetry.
 			_, err := store.PruneOutbox(ctx, time.Hour)
 			return err
 		}},
-		{Name: "prune-idempotency-keys", Interval: interval(time.Hour), Run: exec(`DELETE FROM idempotency_keys WHERE created_at < now() - interval '24 hours'`)},
+		// A kept response goes with its data key: nothing can open it after.
+		{Name: "prune-idempotency-keys", Interval: interval(time.Hour), Run: exec(`WITH gone AS (
+			DELETE FROM idempotency_keys WHERE created_at < now() - interval '24 hours' RETURNING response_key)
+			DELETE FROM data_keys WHERE id IN (SELECT response_key FROM gone)`)},
 		{Name: "prune-login-attempts", Interval: interval(time.Hour), Run: exec(`DELETE FROM login_attempts WHERE window_start < now() - interval '1 day'`)},
 		{Name: "prune-job-runs", Interval: interval(24 * time.Hour), Run: exec(`DELETE FROM job_runs WHERE ran_at < now() - interval '7 days'`)},
 		// Logs older than 7 days go with their daily partition.
