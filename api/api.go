@@ -128,6 +128,7 @@ func New(cfg Config) (*API, error) {
 	a := &API{cfg: cfg, pool: cfg.Pool, cmd: cfg.Commands, logger: cfg.Logger, mux: http.NewServeMux(), closing: make(chan struct{})}
 	a.metrics = newMetrics(cfg.Registry)
 	a.gate = newHashGate(cfg.LoginConcurrency, cfg.LoginQueue)
+	a.gate.hashed, a.gate.queued = a.metrics.hashes.Inc, a.metrics.hashQueue.Add
 	a.routes = a.routeTable()
 	for _, rt := range a.routes {
 		a.mux.Handle(rt.method+" "+rt.path, a.wrap(rt))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -41,6 +42,17 @@ type client struct {
 	base   string
 	router routers.Router
 	doc    *openapi3.T
+	// http sends the requests; nil for http.DefaultClient.
+	http *http.Client
+}
+
+// from returns a client whose connections come from the loopback address
+// ip (127.0.0.2, ...): the server sees another client address.
+func (c *client) from(ip string) *client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	cp := *c
+	cp.http = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	return &cp
 }
 
 var docCache sync.Map
@@ -110,7 +122,11 @@ func (c *client) do(method, path, token string, body any, headers ...string) res
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := c.http
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	require.NoError(c.t, err)
 	defer resp.Body.Close()
 	var out []byte

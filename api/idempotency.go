@@ -225,16 +225,19 @@ func (a *API) stillValid(ctx context.Context, cr issuedCredential) (bool, error)
 	switch cr.Kind {
 	case kindAPIToken:
 		t, _, err := query.TokenByID(ctx, a.pool, cr.ID)
-		if isNotFound(err) {
-			return false, nil
-		}
 		if err != nil {
+			if isNotFound(err) {
+				return false, nil
+			}
 			return false, err
 		}
 		return t.RevokedAt == nil && (t.ExpiresAt == nil || t.ExpiresAt.After(now)), nil
 	case kindJoinToken:
 		toks, err := query.JoinTokens(ctx, a.pool, cr.ClusterID)
-		if err != nil && !isNotFound(err) {
+		if err != nil {
+			if isNotFound(err) {
+				return false, nil
+			}
 			return false, err
 		}
 		for _, t := range toks {

@@ -38,6 +38,9 @@ type hashGate struct {
 	slots chan struct{}
 	// queue holds every hash running or waiting; when it is full, busy.
 	queue chan struct{}
+	// hashed and queued, when set, count for the metrics.
+	hashed func()
+	queued func(delta float64)
 }
 
 func newHashGate(concurrency, queue int) *hashGate {
@@ -62,15 +65,25 @@ func (g *hashGate) do(ctx context.Context, f func()) error {
 	default:
 		return errHashingBusy()
 	}
-	defer func() { <-g.queue }()
+	g.count(1)
+	defer func() { <-g.queue; g.count(-1) }()
 	select {
 	case g.slots <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	defer func() { <-g.slots }()
+	if g.hashed != nil {
+		g.hashed()
+	}
 	f()
 	return nil
+}
+
+func (g *hashGate) count(delta float64) {
+	if g.queued != nil {
+		g.queued(delta)
+	}
 }
 
 // hashPassword hashes a new password in a slot of the gate.

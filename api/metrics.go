@@ -13,7 +13,11 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	streams  prometheus.Gauge
-	registry *prometheus.Registry
+	// hashes counts passwords hashed; hashQueue is the sign-ins hashing or
+	// waiting to (bounded: see login.go).
+	hashes    prometheus.Counter
+	hashQueue prometheus.Gauge
+	registry  *prometheus.Registry
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -27,9 +31,15 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nebulactrl_http_event_streams", Help: "Server-sent event streams open.",
 		}),
+		hashes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nebulactrl_password_hashes_total", Help: "Passwords hashed (sign-ins, new users).",
+		}),
+		hashQueue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nebulactrl_password_hash_queue", Help: "Passwords being hashed or waiting for their turn.",
+		}),
 		registry: reg,
 	}
-	reg.MustRegister(m.requests, m.duration, m.streams)
+	reg.MustRegister(m.requests, m.duration, m.streams, m.hashes, m.hashQueue)
 	return m
 }
 
