@@ -487,3 +487,41 @@ func TestSIGKILLLosesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, total, n)
 }
+
+// The check a subscription step makes for events committed after what it
+// read runs in every step that reads less than a full batch: it must walk the
+// commit-order index from the cursor, not scan the log, also on the generic
+// plan PostgreSQL gives a prepared statement from its sixth run on.
+func TestPendingCheckWalksTheIndexOnTheGenericPlan(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO events (stream_id, stream_version, event_type, schema_version, payload, actor_kind, actor_id, actor_name, occurred_at)
+		SELECT 'filler-' || g, 1, 'a', 1, '{}', 'user', 'u1', 'ada', now() FROM generate_series(1, 20000) g`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `ANALYZE events`)
+	require.NoError(t, err)
+
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	defer conn.Exec(context.WithoutCancel(ctx), `RESET plan_cache_mode`) //nolint:errcheck
+	_, err = conn.Exec(ctx, `PREPARE pending_check(text, bigint) AS `+eventstore.PendingQuery)
+	require.NoError(t, err)
+	defer conn.Exec(context.WithoutCancel(ctx), `DEALLOCATE pending_check`) //nolint:errcheck
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE pending_check('0', 0)`)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := fmt.Sprint(lines)
+	require.Contains(t, plan, "events_commit_order", "the check must use the commit-order index: %s", plan)
+	require.NotContains(t, plan, "Seq Scan", "the check must not scan the log: %s", plan)
+
+	var pending bool
+	require.NoError(t, conn.QueryRow(ctx, `EXECUTE pending_check('0', 0)`).Scan(&pending))
+	require.True(t, pending)
+	err = conn.QueryRow(ctx, fmt.Sprintf(`EXECUTE pending_check('%d', 0)`, uint64(1)<<62)).Scan(&pending)
+	require.ErrorIs(t, err, pgx.ErrNoRows, "nothing after the last event")
+}

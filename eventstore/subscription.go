@@ -66,6 +66,17 @@ func Checkpoint(ctx context.Context, q Querier, name string) (Cursor, int64, err
 	return c, n, nil
 }
 
+// pendingQuery finds whether any event exists after a cursor (committed, but
+// perhaps not below the commit horizon yet). It walks the commit-order index
+// from the cursor and stops at the first row. It must not be written as
+// EXISTS (...): PostgreSQL drops the ORDER BY and LIMIT of an EXISTS
+// subquery, and from the sixth run of the prepared statement on its generic
+// plan scans the whole events table from the start for that first row, a
+// cost that grows with the log and is paid by every subscription step that
+// reads less than a full batch.
+const pendingQuery = `SELECT true FROM events WHERE (transaction_id, position) > ($1::text::xid8, $2)
+	ORDER BY transaction_id, position LIMIT 1`
+
 // Step handles at most one batch. It returns how many events it handled; 0
 // with a nil error when there was nothing to do or another process holds the
 // subscription (its lock is per subscription and per transaction, so only one
@@ -109,8 +120,8 @@ func (s *Store) step(ctx context.Context, sub Subscription) (int, bool, error) {
 		if len(events) > 0 {
 			last = events[len(events)-1].Cursor()
 		}
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE (transaction_id, position) > ($1::text::xid8, $2))`,
-			fmt.Sprint(last.TxID), last.Position).Scan(&pending); err != nil {
+		err := tx.QueryRow(ctx, pendingQuery, fmt.Sprint(last.TxID), last.Position).Scan(&pending)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return 0, false, fmt.Errorf("subscription %s: %w", sub.Name, err)
 		}
 		if len(events) == 0 {

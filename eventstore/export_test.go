@@ -1,0 +1,4 @@
+package eventstore
+
+// PendingQuery is the subscriptions' check for events after a cursor.
+const PendingQuery = pendingQuery
