@@ -348,11 +348,44 @@ func (l *Link) OnStage(ctx context.Context, p transport.Peer, st transport.Stage
 		return
 	}
 	actor := domain.Actor{Kind: domain.ActorAgent, ID: p.ServerID, Name: p.Name}
-	_, err := l.cfg.Commands.Deployment(ctx, command.Context{Actor: actor}, p.OrgID, st.DeploymentID, domain.ReportStage{
-		ClusterID: p.ClusterID, Stage: domain.DeploymentStatus(st.Stage), Ready: st.Ready, Desired: st.Desired, Detail: truncateUTF8(st.Detail, domain.MaxDetail)})
+	report := domain.ReportStage{ClusterID: p.ClusterID, Stage: domain.DeploymentStatus(st.Stage), Ready: st.Ready, Desired: st.Desired,
+		Detail: truncateUTF8(st.Detail, domain.MaxDetail)}
+	_, err := l.cfg.Commands.Deployment(ctx, command.Context{Actor: actor}, p.OrgID, st.DeploymentID, report)
+	if errors.Is(err, domain.ErrNotFound) {
+		// The agent can be quicker than the reactions: it received the
+		// revision the moment it was compiled, and reports its first stage
+		// before the deployment's stream is open. Open it here, as the
+		// reactions would, and report again.
+		if err = l.deliver(ctx, p, st.DeploymentID); err == nil {
+			_, err = l.cfg.Commands.Deployment(ctx, command.Context{Actor: actor}, p.OrgID, st.DeploymentID, report)
+		}
+	}
 	if err != nil {
 		l.cfg.Logger.Warn("recording a stage report", "server", p.Name, "deployment", st.DeploymentID, "stage", truncateUTF8(st.Stage, 40), "err", err)
 	}
+}
+
+// deliver opens a deployment's stream from the read models, for a report
+// that arrived before the reactions delivered it. The deployment must be of
+// an environment on the reporting agent's cluster.
+func (l *Link) deliver(ctx context.Context, p transport.Peer, deploymentID string) error {
+	var c domain.DeliverDeployment
+	var deadline int
+	err := l.cfg.Pool.QueryRow(ctx, `SELECT d.project_id::text, d.environment_id::text, d.service_id::text, d.release_id::text, e.cluster_id::text,
+			coalesce((SELECT max(v.stream_version) FROM events v WHERE v.stream_id = 'revisions-' || d.environment_id::text), 0),
+			coalesce(s.progress_deadline_seconds, 0)
+		FROM deployments d JOIN environments e ON e.id = d.environment_id LEFT JOIN services s ON s.id = d.service_id
+		WHERE d.id = $1 AND d.org_id = $2 AND e.cluster_id = $3`, deploymentID, p.OrgID, p.ClusterID).
+		Scan(&c.ProjectID, &c.EnvironmentID, &c.ServiceID, &c.ReleaseID, &c.ClusterID, &c.Revision, &deadline)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: deployment %s on this cluster", domain.ErrNotFound, deploymentID)
+	}
+	if err != nil {
+		return err
+	}
+	c.ProgressDeadline = time.Duration(deadline) * time.Second
+	_, err = l.cfg.Commands.Deployment(ctx, command.Context{Actor: domain.System("reactions")}, p.OrgID, deploymentID, c)
+	return err
 }
 
 // truncateUTF8 cuts s to at most n bytes without splitting a character.
