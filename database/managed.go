@@ -19,11 +19,31 @@ import (
 // ManagedName is the database the embedded default uses.
 const ManagedName = "nebulactrl"
 
+// ManagedConfig says where the managed PostgreSQL lives and how it is kept.
+type ManagedConfig struct {
+	DataDir string
+	Logger  *slog.Logger
+	// Restart bounds the restarts of Cluster.Supervise (defaults: see
+	// pgcluster.Restart).
+	Restart pgcluster.Restart
+}
+
 // Managed starts (or finds running) the local PostgreSQL cluster of a data
 // directory, the embedded default, and returns the URL of its database with
 // the cluster. Its superuser password is made once and kept in the data
 // directory, readable by its owner only.
+//
+// A postmaster left running by a process that died without stopping it (kill
+// -9) is adopted: the returned cluster stops it. One that another live
+// process owns (nebula serve, while an operator tool runs) is shared and left
+// to that process.
 func Managed(ctx context.Context, dataDir string, logger *slog.Logger) (string, *pgcluster.Cluster, error) {
+	return ManagedWith(ctx, ManagedConfig{DataDir: dataDir, Logger: logger})
+}
+
+// ManagedWith is Managed with every setting.
+func ManagedWith(ctx context.Context, mc ManagedConfig) (string, *pgcluster.Cluster, error) {
+	dataDir, logger := mc.DataDir, mc.Logger
 	dir := filepath.Join(dataDir, "postgres")
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return "", nil, fmt.Errorf("creating data directory %s: %w", dataDir, err)
@@ -49,7 +69,7 @@ func Managed(ctx context.Context, dataDir string, logger *slog.Logger) (string, 
 	} else if err != nil {
 		return "", nil, fmt.Errorf("reading %s: %w", pwFile, err)
 	}
-	c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Password: strings.TrimSpace(string(pw)), Logger: logger})
+	c, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Password: strings.TrimSpace(string(pw)), Logger: logger, Restart: mc.Restart})
 	if err != nil {
 		return "", nil, err
 	}

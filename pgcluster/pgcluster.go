@@ -6,6 +6,13 @@
 // PostgreSQL refuses to run as root. When this process is root, the cluster's
 // commands run as an unprivileged user (by default "postgres", which Debian's
 // package creates) and the data directory is owned by that user.
+//
+// Ownership: the process that starts the postmaster owns it and holds an
+// exclusive lock on <dir>/nebula.lock while it does. Another process that
+// finds the postmaster running while the lock is held shares it (Stop leaves
+// it alone). A postmaster found running with the lock free was left behind by
+// a process that died without stopping it (kill -9): it is adopted, and
+// stopped with its new owner. Supervise restarts a postmaster that dies.
 package pgcluster
 
 import (
@@ -22,6 +29,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -49,7 +57,23 @@ type Config struct {
 	Settings map[string]string
 	// StartTimeout bounds how long start-up may take.
 	StartTimeout time.Duration
-	Logger       *slog.Logger
+	// Restart says how Supervise restarts a postmaster that died.
+	Restart Restart
+	// WatchInterval is how often a postmaster that is not this process's
+	// child (adopted or shared) is looked at. Default 1 s.
+	WatchInterval time.Duration
+	Logger        *slog.Logger
+}
+
+// Restart bounds Supervise's restarts of a postmaster that died.
+type Restart struct {
+	// Max restart attempts within Window before Supervise gives up.
+	// Default 5 within 10 minutes.
+	Max    int
+	Window time.Duration
+	// Backoff is the wait before the first attempt; it doubles after each
+	// failed attempt, up to 30 s. Default 1 s.
+	Backoff time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -61,6 +85,18 @@ func (c *Config) setDefaults() {
 	}
 	if c.StartTimeout == 0 {
 		c.StartTimeout = 60 * time.Second
+	}
+	if c.Restart.Max <= 0 {
+		c.Restart.Max = 5
+	}
+	if c.Restart.Window <= 0 {
+		c.Restart.Window = 10 * time.Minute
+	}
+	if c.Restart.Backoff <= 0 {
+		c.Restart.Backoff = time.Second
+	}
+	if c.WatchInterval <= 0 {
+		c.WatchInterval = time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -83,15 +119,34 @@ func (c Config) Validate() error {
 
 // Cluster is a running PostgreSQL cluster.
 type Cluster struct {
-	cfg Config
-	// owned is false when the cluster was already running (another nebula
-	// process started it): Stop then leaves it alone.
-	owned  bool
+	cfg    Config
 	port   int
 	cred   *syscall.Credential
 	uid    int
 	gid    int
 	logger *slog.Logger
+
+	// stopped is closed by Stop: nothing restarts the postmaster after it.
+	stopped  chan struct{}
+	stopOnce sync.Once
+
+	mu sync.Mutex
+	// owned is false when another live process owns the postmaster (it
+	// started or adopted it): Stop then leaves it alone.
+	owned bool
+	// lock is the held owner lock (nil unless owned).
+	lock *os.File
+	// pm is the postmaster watched now.
+	pm *postmaster
+}
+
+// postmaster is one postmaster process and how its end is learnt: by
+// waiting for it when this process started it, by looking otherwise.
+type postmaster struct {
+	pid    int
+	child  bool
+	exited chan struct{} // closed when it has exited
+	status string        // how it ended, once exited is closed (children only)
 }
 
 // ErrNoBinaries means no PostgreSQL server binaries were found on this machine.
@@ -124,7 +179,9 @@ func majorOf(binDir string) int {
 }
 
 // Start initialises the data directory when it is new and starts the cluster,
-// returning when it accepts connections.
+// returning when it accepts connections. A postmaster already running in the
+// directory is used: adopted when the process that started it is gone,
+// shared when it still runs.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -137,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		cfg.BinDir = dir
 	}
-	c := &Cluster{cfg: cfg, logger: cfg.Logger, uid: -1, gid: -1}
+	c := &Cluster{cfg: cfg, logger: cfg.Logger, uid: -1, gid: -1, stopped: make(chan struct{})}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup(cfg.RunAs)
 		if err != nil {
@@ -155,23 +212,50 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p, ok := c.lastPort(); ok && !fresh && c.running(ctx) {
-		c.port = p
+	lock, holder, err := c.tryLock()
+	if err != nil {
+		return nil, err
+	}
+	if pid, port, ok := c.livePostmaster(); ok && !fresh {
+		c.port = port
+		if lock != nil {
+			// Running, and no live process owns it: its owner died
+			// without stopping it. Adopt it, to stop it with this process.
+			c.owned, c.lock = true, lock
+			c.logger.Warn("adopting the PostgreSQL left running by a process that ended without stopping it; it stops with this process",
+				"dir", cfg.Dir, "pid", pid, "port", port)
+		} else {
+			c.logger.Info("using the PostgreSQL that another process runs", "dir", cfg.Dir, "pid", pid, "owner_pid", holder, "port", port)
+		}
+		c.pm = c.watch(pid)
+		if err := c.waitReady(ctx, c.pm); err != nil {
+			c.release()
+			return nil, err
+		}
 		return c, nil
 	}
-	c.owned = true
+	if lock == nil {
+		// Another live process owns the directory and PostgreSQL is not
+		// running: it is starting (or restarting) it. Wait for that.
+		pm, err := c.waitForOwner(ctx, holder)
+		if err != nil {
+			return nil, err
+		}
+		c.pm = pm
+		return c, nil
+	}
+	c.owned, c.lock = true, lock
 	c.port = cfg.Port
 	if c.port == 0 {
 		if p, ok := c.lastPort(); ok && !fresh && portFree(p) {
 			c.port = p
 		} else if c.port, err = FreePort(); err != nil {
+			c.release()
 			return nil, err
 		}
 	}
-	if err := c.writeSettings(); err != nil {
-		return nil, err
-	}
-	if err := c.start(ctx); err != nil {
+	if err := c.startPostmaster(ctx); err != nil {
+		c.release()
 		return nil, err
 	}
 	return c, nil
@@ -320,53 +404,380 @@ func (c *Cluster) writeSettings() error {
 	return nil
 }
 
-func (c *Cluster) start(ctx context.Context) error {
-	// A cluster that crashed leaves a pid file behind; pg_ctl copes with it.
-	timeout := strconv.Itoa(int(c.cfg.StartTimeout / time.Second))
-	out, err := c.run(ctx, "pg_ctl", "start", "-D", c.pgdata(), "-l", c.LogFile(), "-w", "-t", timeout, "-s")
-	if err != nil {
-		tail, _ := os.ReadFile(c.LogFile())
-		if len(tail) > 2000 {
-			tail = tail[len(tail)-2000:]
-		}
-		return fmt.Errorf("pgcluster: pg_ctl start: %w: %s\nserver log:\n%s", err, out, tail)
+// startPostmaster writes the settings and runs the postmaster as a child of
+// this process (so that its end is learnt at once, and it is reaped), in a
+// session of its own (so that a Ctrl-C meant for this process does not stop
+// the database under it), and waits until it accepts connections.
+func (c *Cluster) startPostmaster(ctx context.Context) error {
+	if err := c.writeSettings(); err != nil {
+		return err
 	}
+	logf, err := os.OpenFile(c.LogFile(), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("pgcluster: opening %s: %w", c.LogFile(), err)
+	}
+	if c.cred != nil {
+		_ = logf.Chown(c.uid, c.gid)
+	}
+	cmd := exec.Command(filepath.Join(c.cfg.BinDir, "postgres"), "-D", c.pgdata())
+	cmd.Dir = c.cfg.Dir
+	cmd.Env = childEnv()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: c.cred}
+	err = cmd.Start()
+	logf.Close()
+	if err != nil {
+		return fmt.Errorf("pgcluster: starting postgres: %w", err)
+	}
+	pm := &postmaster{pid: cmd.Process.Pid, child: true, exited: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		pm.status = "exited"
+		if err != nil {
+			pm.status = err.Error()
+		}
+		close(pm.exited)
+	}()
+	if err := c.waitReady(ctx, pm); err != nil {
+		// Never leave a half-started postmaster behind.
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-pm.exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-pm.exited
+		}
+		return err
+	}
+	c.pm = pm
+	c.logger.Debug("postgresql started", "dir", c.cfg.Dir, "port", c.port, "pid", pm.pid)
+	return nil
+}
+
+// childEnv is this process's environment for PostgreSQL's processes, less
+// NEBULACTRL_* (which can hold the master key) and with the C locale.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "NEBULACTRL_") && !strings.HasPrefix(kv, "LC_ALL=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "LC_ALL=C")
+}
+
+// waitReady waits until the cluster accepts connections, failing early when
+// pm exits.
+func (c *Cluster) waitReady(ctx context.Context, pm *postmaster) error {
 	deadline := time.Now().Add(c.cfg.StartTimeout)
 	for {
 		conn, err := pgx.Connect(ctx, c.URL("postgres"))
 		if err == nil {
 			conn.Close(ctx)
-			c.logger.Debug("postgresql started", "dir", c.cfg.Dir, "port", c.port)
 			return nil
 		}
+		select {
+		case <-pm.exited:
+			return fmt.Errorf("pgcluster: postgres exited (%s) before accepting connections\nserver log:\n%s", pm.status, c.logTail())
+		default:
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pgcluster: server did not accept connections within %s: %w", c.cfg.StartTimeout, err)
+			return fmt.Errorf("pgcluster: server did not accept connections within %s: %w\nserver log:\n%s", c.cfg.StartTimeout, err, c.logTail())
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-pm.exited:
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
-// running reports whether a postmaster serves the data directory now.
-func (c *Cluster) running(ctx context.Context) bool {
-	_, err := c.run(ctx, "pg_ctl", "status", "-D", c.pgdata())
-	return err == nil
+func (c *Cluster) logTail() string {
+	tail, _ := os.ReadFile(c.LogFile())
+	if len(tail) > 2000 {
+		tail = tail[len(tail)-2000:]
+	}
+	return string(tail)
 }
 
-// Stop shuts the cluster down (fast mode: open transactions are rolled back),
-// unless this process found it already running.
-func (c *Cluster) Stop(ctx context.Context) error {
+// watch follows a postmaster this process did not start: its end is seen by
+// looking every WatchInterval (until Stop).
+func (c *Cluster) watch(pid int) *postmaster {
+	pm := &postmaster{pid: pid, exited: make(chan struct{})}
+	go func() {
+		t := time.NewTicker(c.cfg.WatchInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-c.stopped:
+				return
+			case <-t.C:
+			}
+			if !alive(pid) {
+				pm.status = "gone"
+				close(pm.exited)
+				return
+			}
+		}
+	}()
+	return pm
+}
+
+// waitForOwner waits for the live process holding the lock to have a
+// postmaster running, and shares it.
+func (c *Cluster) waitForOwner(ctx context.Context, holder int) (*postmaster, error) {
+	deadline := time.Now().Add(c.cfg.StartTimeout)
+	for {
+		if pid, port, ok := c.livePostmaster(); ok {
+			c.port = port
+			pm := c.watch(pid)
+			if err := c.waitReady(ctx, pm); err != nil {
+				return nil, err
+			}
+			return pm, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("pgcluster: process %d holds %s, but no PostgreSQL ran there within %s; stop that process or wait for it",
+				holder, c.lockPath(), c.cfg.StartTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Owned reports whether this process owns the postmaster (started or
+// adopted it): Stop stops it.
+func (c *Cluster) Owned() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.owned
+}
+
+// PID is the postmaster's process id.
+func (c *Cluster) PID() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pm == nil {
+		return 0
+	}
+	return c.pm.pid
+}
+
+// Supervise keeps the postmaster running until ctx ends or Stop is called:
+// when it dies, Supervise starts it again (or, when another live process
+// owns it, waits for that process to), after Restart.Backoff, doubling after
+// each failed attempt. It returns an error, and stops trying, when more than
+// Restart.Max attempts were needed within Restart.Window.
+func (c *Cluster) Supervise(ctx context.Context) error {
+	var attempts []time.Time
+	for {
+		c.mu.Lock()
+		pm := c.pm
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.stopped:
+			return nil
+		case <-pm.exited:
+		}
+		select {
+		case <-c.stopped:
+			return nil
+		default:
+		}
+		c.logger.Error("the managed PostgreSQL stopped unexpectedly; restarting it", "dir", c.cfg.Dir, "pid", pm.pid, "how", pm.status, "log", c.LogFile())
+		backoff := c.cfg.Restart.Backoff
+		for {
+			now := time.Now()
+			kept := attempts[:0]
+			for _, a := range attempts {
+				if now.Sub(a) < c.cfg.Restart.Window {
+					kept = append(kept, a)
+				}
+			}
+			attempts = append(kept, now)
+			if len(attempts) > c.cfg.Restart.Max {
+				return fmt.Errorf("pgcluster: PostgreSQL in %s stopped and %d restarts within %s did not keep it running; see %s",
+					c.cfg.Dir, c.cfg.Restart.Max, c.cfg.Restart.Window, c.LogFile())
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-c.stopped:
+				return nil
+			case <-time.After(backoff):
+			}
+			err := c.recover(ctx)
+			if err == nil {
+				c.logger.Warn("the managed PostgreSQL runs again", "dir", c.cfg.Dir, "pid", c.PID(), "port", c.port)
+				break
+			}
+			if errors.Is(err, errStopped) {
+				return nil
+			}
+			c.logger.Error("restarting the managed PostgreSQL failed", "dir", c.cfg.Dir, "err", err, "retry_in", min(2*backoff, 30*time.Second))
+			backoff = min(2*backoff, 30*time.Second)
+		}
+	}
+}
+
+var errStopped = errors.New("pgcluster: stopped")
+
+// recover brings the postmaster back after it died: one running now (another
+// process restarted it) is watched, adopted when its owner is gone;
+// otherwise this process starts it, taking ownership when it has none.
+func (c *Cluster) recover(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.stopped:
+		return errStopped
+	default:
+	}
 	if !c.owned {
+		lock, holder, err := c.tryLock()
+		if err != nil {
+			return err
+		}
+		if lock == nil {
+			if pid, port, ok := c.livePostmaster(); ok && port == c.port {
+				c.pm = c.watch(pid)
+				return nil
+			}
+			return fmt.Errorf("process %d owns %s and has not restarted PostgreSQL yet", holder, c.cfg.Dir)
+		}
+		c.owned, c.lock = true, lock
+	}
+	if pid, port, ok := c.livePostmaster(); ok && port == c.port {
+		c.pm = c.watch(pid)
+		return c.waitReady(ctx, c.pm)
+	}
+	// The port is the one the clients' URLs name: keep it.
+	return c.startPostmaster(ctx)
+}
+
+// Stop shuts the postmaster down (fast mode: open transactions are rolled
+// back) and waits until it is gone, when this process owns it; a shared one
+// is left alone. Nothing restarts it afterwards. Stop is idempotent.
+func (c *Cluster) Stop(ctx context.Context) error {
+	c.stopOnce.Do(func() { close(c.stopped) })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.owned || c.lock == nil {
 		return nil
 	}
-	out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.pgdata(), "-m", "fast", "-w", "-s")
-	if err != nil {
-		return fmt.Errorf("pgcluster: pg_ctl stop: %w: %s", err, out)
+	defer c.release()
+	pm := c.pm
+	if pm == nil {
+		return nil
 	}
-	return nil
+	select {
+	case <-pm.exited:
+		return nil
+	default:
+	}
+	if err := syscall.Kill(pm.pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("pgcluster: stopping postgres (pid %d): %w", pm.pid, err)
+	}
+	if !pm.child {
+		// Looked at every WatchInterval until now; look more often.
+		for alive(pm.pid) {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("pgcluster: postgres (pid %d) did not stop: %w", pm.pid, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		return nil
+	}
+	select {
+	case <-pm.exited:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pgcluster: postgres (pid %d) did not stop: %w", pm.pid, ctx.Err())
+	}
+}
+
+// release gives up ownership: the lock goes (and with it the claim).
+func (c *Cluster) release() {
+	if c.lock != nil {
+		_ = c.lock.Close()
+		c.lock = nil
+	}
+}
+
+func (c *Cluster) lockPath() string { return filepath.Join(c.cfg.Dir, "nebula.lock") }
+
+// tryLock takes the owner lock without waiting. It returns the open lock
+// file, or nil and the pid of the live process holding it. The lock is
+// flock(2)'s, so it ends with the process holding it, however it ends; the
+// file is opened close-on-exec, so PostgreSQL never inherits it.
+func (c *Cluster) tryLock() (*os.File, int, error) {
+	f, err := os.OpenFile(c.lockPath(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, 0, fmt.Errorf("pgcluster: opening %s: %w", c.lockPath(), err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(c.lockPath())
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			holder, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return nil, holder, nil
+		}
+		return nil, 0, fmt.Errorf("pgcluster: locking %s: %w", c.lockPath(), err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, 0, nil
+}
+
+// livePostmaster reads postmaster.pid and reports the postmaster's pid and
+// port when that process is alive.
+func (c *Cluster) livePostmaster() (pid, port int, ok bool) {
+	b, err := os.ReadFile(filepath.Join(c.pgdata(), "postmaster.pid"))
+	if err != nil {
+		return 0, 0, false
+	}
+	lines := strings.Split(string(b), "\n")
+	pid, err = strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil || pid <= 0 || !alive(pid) {
+		return 0, 0, false
+	}
+	if len(lines) > 3 {
+		port, _ = strconv.Atoi(strings.TrimSpace(lines[3]))
+	}
+	if port == 0 {
+		port, _ = c.lastPort()
+	}
+	return pid, port, true
+}
+
+// alive reports whether pid is a live postgres process: a zombie (a dead
+// process nobody reaped yet, as under an init that does not reap) is not,
+// nor is an unrelated process that reused the pid.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		if _, statErr := os.Stat("/proc/self/stat"); statErr == nil {
+			return false // /proc works: the process is gone
+		}
+		err := syscall.Kill(pid, 0)
+		return err == nil || errors.Is(err, syscall.EPERM)
+	}
+	// "pid (comm) state ...": comm may hold spaces and parentheses.
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open || len(s) < end+3 {
+		return false
+	}
+	state := s[end+2]
+	return s[open+1:end] == "postgres" && state != 'Z' && state != 'X' && state != 'x'
 }
 
 // Run runs one of the cluster's binaries (pg_dump, psql, ...) as the cluster's
@@ -378,7 +789,7 @@ func (c *Cluster) Run(ctx context.Context, name string, args ...string) ([]byte,
 func (c *Cluster) run(ctx context.Context, name string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.cfg.BinDir, name), args...)
 	cmd.Dir = c.cfg.Dir
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Env = childEnv()
 	if c.cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	}

@@ -49,6 +49,9 @@ type Options struct {
 	JobInterval time.Duration
 	// Now is the clock of the API and the agent link (tests inject one).
 	Now func() time.Time
+	// ManagedRestart bounds the restarts of the managed PostgreSQL (tests;
+	// default 5 within 10 minutes, the first after 1 s).
+	ManagedRestart pgcluster.Restart
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
@@ -70,12 +73,21 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 
 	url := cfg.DatabaseURL
 	var managed *pgcluster.Cluster
+	// pgFailed says that the managed PostgreSQL died and could not be
+	// restarted: the server then stops with an error (exit status 1).
+	var pgFailed chan error
 	if url == "" {
 		log.Info("no NEBULACTRL_DATABASE_URL: running the managed PostgreSQL", "data_dir", cfg.DataDir)
-		url, managed, err = database.Managed(ctx, cfg.DataDir, log)
+		url, managed, err = database.ManagedWith(ctx, database.ManagedConfig{DataDir: cfg.DataDir, Logger: log, Restart: opts.ManagedRestart})
 		if err != nil {
 			return fmt.Errorf("starting the managed PostgreSQL: %w", err)
 		}
+		pgFailed = make(chan error, 1)
+		go func() {
+			if err := managed.Supervise(context.WithoutCancel(ctx)); err != nil {
+				pgFailed <- err
+			}
+		}()
 		defer func() {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
@@ -220,9 +232,13 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	if opts.Ready != nil {
 		opts.Ready(ln.Addr().String())
 	}
+	var runErr error
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serving HTTP: %w", err)
+	case err := <-pgFailed:
+		log.Error("the managed PostgreSQL stopped and could not be restarted: shutting down", "err", err)
+		runErr = fmt.Errorf("the managed PostgreSQL stopped and could not be restarted: %w", err)
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: letting requests in flight finish", "timeout", opts.ShutdownTimeout)
@@ -235,7 +251,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		return fmt.Errorf("shutting down: %w", err)
 	}
 	hub.Wait()
-	return nil
+	return runErr
 }
 
 // refreshHub pushes new revisions to this replica's agents whenever events
