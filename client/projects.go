@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -52,10 +53,34 @@ func (c *Client) Project(ctx context.Context, org, project string) (query.Projec
 	return out, err
 }
 
-// DeleteProject deletes a project.
-func (c *Client) DeleteProject(ctx context.Context, org, project string) error {
-	_, err := c.call(ctx, request{method: http.MethodDelete, path: projectPath(org, project)}, nil)
-	return err
+// DeleteProject deletes a project; with a protected environment the
+// deletion waits in its change set, which is returned.
+func (c *Client) DeleteProject(ctx context.Context, org, project string) (*query.ChangeSet, error) {
+	return c.maybeChangeSet(ctx, request{method: http.MethodDelete, path: projectPath(org, project)}, nil)
+}
+
+// maybeChangeSet makes a call whose change may wait in a change set of a
+// protected environment (202 with the change set); otherwise the answer goes
+// into out.
+func (c *Client) maybeChangeSet(ctx context.Context, r request, out any) (*query.ChangeSet, error) {
+	var raw json.RawMessage
+	status, err := c.call(ctx, r, &raw)
+	if err != nil {
+		return nil, err
+	}
+	if status == http.StatusAccepted {
+		var cs query.ChangeSet
+		if err := json.Unmarshal(raw, &cs); err != nil {
+			return nil, fmt.Errorf("reading the change set: %w", err)
+		}
+		return &cs, nil
+	}
+	if out != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
 }
 
 // Environments lists a project's environments.
@@ -79,17 +104,19 @@ func (c *Client) Environment(ctx context.Context, org, project, env string) (que
 	return out, err
 }
 
-// UpdateEnvironment changes an environment's cluster or protection.
-func (c *Client) UpdateEnvironment(ctx context.Context, org, project, env string, req api.UpdateEnvironmentRequest) (query.Environment, error) {
+// UpdateEnvironment changes an environment's cluster or protection. Turning
+// a protected environment's protection off, or moving it, waits in its
+// change set, which is returned instead.
+func (c *Client) UpdateEnvironment(ctx context.Context, org, project, env string, req api.UpdateEnvironmentRequest) (query.Environment, *query.ChangeSet, error) {
 	var out query.Environment
-	_, err := c.call(ctx, request{method: http.MethodPatch, path: envPath(org, project, env), in: req}, &out)
-	return out, err
+	cs, err := c.maybeChangeSet(ctx, request{method: http.MethodPatch, path: envPath(org, project, env), in: req}, &out)
+	return out, cs, err
 }
 
-// DeleteEnvironment deletes an environment.
-func (c *Client) DeleteEnvironment(ctx context.Context, org, project, env string) error {
-	_, err := c.call(ctx, request{method: http.MethodDelete, path: envPath(org, project, env)}, nil)
-	return err
+// DeleteEnvironment deletes an environment; a protected one's deletion waits
+// in its change set, which is returned.
+func (c *Client) DeleteEnvironment(ctx context.Context, org, project, env string) (*query.ChangeSet, error) {
+	return c.maybeChangeSet(ctx, request{method: http.MethodDelete, path: envPath(org, project, env)}, nil)
 }
 
 // Services lists a project's services.
@@ -120,10 +147,11 @@ func (c *Client) UpdateService(ctx context.Context, org, project, service string
 	return out, err
 }
 
-// DeleteService deletes a service everywhere.
-func (c *Client) DeleteService(ctx context.Context, org, project, service string) error {
-	_, err := c.call(ctx, request{method: http.MethodDelete, path: projectPath(org, project) + path("/services/%s", service)}, nil)
-	return err
+// DeleteService deletes a service everywhere; when it runs in a protected
+// environment the deletion waits in that environment's change set, which is
+// returned.
+func (c *Client) DeleteService(ctx context.Context, org, project, service string) (*query.ChangeSet, error) {
+	return c.maybeChangeSet(ctx, request{method: http.MethodDelete, path: projectPath(org, project) + path("/services/%s", service)}, nil)
 }
 
 // Variables lists the environment-wide variables (service "") or the ones a

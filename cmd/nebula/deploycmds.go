@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 
@@ -13,7 +12,6 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/install"
 	"github.com/nebulactrl/nebulactrl/projections"
 	"github.com/nebulactrl/nebulactrl/query"
 )
@@ -36,6 +34,24 @@ func (x *cmdCtx) printDeploy(a address, res api.DeployResponse) error {
 		x.printf("deployment %s is %s; follow it with: nebula deployments watch %s %s\n", res.Deployment.ID, res.Deployment.Status, a, res.Deployment.ID)
 	}
 	return nil
+}
+
+// waitsForApproval says that a change to a protected environment waits in a
+// change set for someone else, and how they approve it; it exits with the
+// waiting-for-approval code.
+func (x *cmdCtx) waitsForApproval(cl *client.Client, what, org, project string, cs *query.ChangeSet) error {
+	env := cs.EnvironmentID
+	if envs, err := cl.Environments(x.Context.Context, org, project); err == nil {
+		for _, e := range envs {
+			if e.ID == cs.EnvironmentID {
+				env = e.Name
+			}
+		}
+	}
+	x.printf("%s waits for someone else's approval in change set %s (version %d) of the protected environment %s/%s/%s.\n",
+		what, cs.ID, cs.Version, org, project, env)
+	x.printf("Another member approves it with:\n\n    nebula changeset approve %s/%s/%s %s --version %d\n", org, project, env, cs.ID, cs.Version)
+	return exitError{exitApproval, fmt.Errorf("%s waits for approval in change set %s", what, cs.ID)}
 }
 
 // afterDeploy follows what a deploy or rollback started when --wait asks for it.
@@ -670,66 +686,7 @@ Example:
 				})
 			},
 		}.command(),
-		spec{
-			name: "manifest", usage: "print what installs the agent: the Kubernetes manifest, or a systemd unit with --host", argsUsage: shapeCluster,
-			description: `Issues a new join token and prints the install manifest of the cluster's agent:
-namespaces nebula-system and nebula-build, least-privilege RBAC, the join token Secret,
-a StatefulSet of two agent replicas (leader election on a Lease) and a PodDisruptionBudget.
-With --host it prints a systemd unit and its environment file instead. The output holds
-the join token: treat it like a password.
-
-Example:
-   nebula cluster manifest acme/eu-1 | kubectl apply -f -
-   nebula cluster manifest acme/eu-1 --host`,
-			flags: []cli.Flag{hours(),
-				&cli.BoolFlag{Name: "host", Usage: "print a systemd unit for an agent on a host"},
-				&cli.StringFlag{Name: "image", Usage: "the agent image", Value: install.DefaultImage(version)},
-				&cli.StringFlag{Name: "ca-bundle", Usage: "a PEM file of CAs the agents trust besides the system roots"},
-				&cli.StringFlag{Name: "public-url", Usage: "the URL agents reach the control plane at (default: the one you use)"}},
-			nargs: 1,
-			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeCluster)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
-				if err != nil {
-					return err
-				}
-				opts := install.Options{ControlPlaneURL: cl.URL(), Image: x.String("image"), Cluster: a.String()}
-				if u := x.String("public-url"); u != "" {
-					opts.ControlPlaneURL = u
-				}
-				if f := x.String("ca-bundle"); f != "" {
-					b, err := os.ReadFile(f)
-					if err != nil {
-						return fmt.Errorf("reading the CA bundle: %w", err)
-					}
-					opts.CABundle = string(b)
-				}
-				var t api.CreatedJoinToken
-				return x.read(func(ctx context.Context) (err error) {
-					t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, api.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
-					return
-				}, func() error {
-					opts.JoinToken = t.Token
-					if x.Bool("host") {
-						unit, env, err := install.SystemdUnit(opts)
-						if err != nil {
-							return err
-						}
-						x.printf("%s\n%s", unit, env)
-						return nil
-					}
-					m, err := install.Manifest(opts)
-					if err != nil {
-						return err
-					}
-					x.printf("%s", m)
-					return nil
-				})
-			},
-		}.command(),
+		clusterManifestCommand(hours()),
 		group("token", "issue, list and revoke join tokens",
 			spec{
 				name: "create", usage: "issue a join token", argsUsage: shapeCluster,

@@ -89,8 +89,12 @@ Example:
 				if err != nil {
 					return err
 				}
-				if err := cl.DeleteProject(x.Context.Context, a.Org, a.Project); err != nil {
+				cs, err := cl.DeleteProject(x.Context.Context, a.Org, a.Project)
+				if err != nil {
 					return err
+				}
+				if cs != nil {
+					return x.waitsForApproval(cl, "Deleting project "+a.String(), a.Org, a.Project, cs)
 				}
 				x.printf("Deleted project %s.\n", a)
 				return nil
@@ -183,8 +187,12 @@ Example:
 				if err != nil {
 					return err
 				}
-				if err := cl.DeleteEnvironment(x.Context.Context, a.Org, a.Project, a.Env); err != nil {
+				cs, err := cl.DeleteEnvironment(x.Context.Context, a.Org, a.Project, a.Env)
+				if err != nil {
 					return err
+				}
+				if cs != nil {
+					return x.waitsForApproval(cl, "Deleting environment "+a.String(), a.Org, a.Project, cs)
 				}
 				x.printf("Deleted environment %s.\n", a)
 				return nil
@@ -418,8 +426,12 @@ Example:
 				if err != nil {
 					return err
 				}
-				if err := cl.DeleteService(x.Context.Context, a.Org, a.Project, a.Service); err != nil {
+				cs, err := cl.DeleteService(x.Context.Context, a.Org, a.Project, a.Service)
+				if err != nil {
 					return err
+				}
+				if cs != nil {
+					return x.waitsForApproval(cl, "Deleting service "+a.String(), a.Org, a.Project, cs)
 				}
 				x.printf("Deleted service %s.\n", a)
 				return nil
