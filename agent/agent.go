@@ -55,7 +55,11 @@ type Config struct {
 	// RetryMin and RetryMax bound the exponential backoff, with jitter,
 	// after a transient Kubernetes error (default 1 s .. 30 s).
 	RetryMin, RetryMax time.Duration
-	Logger             *slog.Logger
+	// Binding is the workload role the agent binds to itself in each
+	// namespace it creates (the install manifest's RBAC); nil binds none
+	// (an agent whose rights are cluster wide already, such as on a host).
+	Binding *reconcile.Binding
+	Logger  *slog.Logger
 }
 
 // Agent runs the link and the reconciler.
@@ -114,7 +118,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.RetryMax < cfg.RetryMin {
 		return nil, fmt.Errorf("agent: RetryMax %v is shorter than RetryMin %v", cfg.RetryMax, cfg.RetryMin)
 	}
-	rec, err := reconcile.New(reconcile.Config{Client: cfg.Client, Logger: cfg.Logger, RetireGrace: cfg.RetireGrace})
+	rec, err := reconcile.New(reconcile.Config{Client: cfg.Client, Logger: cfg.Logger, RetireGrace: cfg.RetireGrace, Binding: cfg.Binding})
 	if err != nil {
 		return nil, err
 	}

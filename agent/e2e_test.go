@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -99,6 +100,12 @@ func applyManifest(t *testing.T, cs kubernetes.Interface, manifest string) {
 			_, err = cs.AppsV1().StatefulSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *policyv1.PodDisruptionBudget:
 			_, err = cs.PolicyV1().PodDisruptionBudgets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.ConfigMap:
+			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *admissionv1.ValidatingAdmissionPolicy:
+			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
 		default:
 			t.Fatalf("the manifest holds an unexpected %T", obj)
 		}
@@ -112,6 +119,10 @@ type runningAgent struct {
 	cancel context.CancelFunc
 	done   chan error
 }
+
+// agentBinding is what the install manifest has the agent bind in each
+// namespace it creates.
+var agentBinding = &reconcile.Binding{ClusterRole: install.WorkloadRole, Namespace: install.AgentNamespace, ServiceAccount: install.AgentName}
 
 // startAgent runs an agent replica with the test's short timings (a 1 s
 // retire grace among them).
@@ -138,6 +149,7 @@ func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string) *
 		Identity: name, LeaseNamespace: install.AgentNamespace, LeaseName: install.AgentName,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		ReportEvery: time.Second, RetireGrace: time.Second,
+		Binding: agentBinding,
 	})
 	require.NoError(t, err)
 	ra := &runningAgent{name: name, a: a, cancel: cancel, done: make(chan error, 1)}
@@ -384,7 +396,8 @@ func workloadWrites(events []k8stest.AuditEvent) []string {
 }
 
 // The manifest's RBAC is what the agent needs, rule by rule: without the
-// Ingress rule, the services with domains fail with Forbidden, the others apply.
+// Ingress rule of the workload role it binds in the namespace, the services
+// with domains fail with Forbidden, the others apply.
 func TestManifestRBACWithoutOneRule(t *testing.T) {
 	k := k8stest.Start(t, k8stest.Options{Nodes: 1})
 	admin := k.Client(t)
@@ -392,7 +405,7 @@ func TestManifestRBACWithoutOneRule(t *testing.T) {
 	manifest, err := install.Manifest(install.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_x", Image: install.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
 	applyManifest(t, admin, manifest)
-	role, err := admin.RbacV1().ClusterRoles().Get(ctx, install.AgentName, metav1.GetOptions{})
+	role, err := admin.RbacV1().ClusterRoles().Get(ctx, install.WorkloadRole, metav1.GetOptions{})
 	require.NoError(t, err)
 	var kept []rbacv1.PolicyRule
 	for _, r := range role.Rules {
@@ -408,7 +421,7 @@ func TestManifestRBACWithoutOneRule(t *testing.T) {
 
 	cs, err := kubernetes.NewForConfig(k.ServiceAccountConfig(t, install.AgentNamespace, install.AgentName))
 	require.NoError(t, err)
-	r, err := reconcile.New(reconcile.Config{Client: cs})
+	r, err := reconcile.New(reconcile.Config{Client: cs, Binding: agentBinding})
 	require.NoError(t, err)
 	doc := desiredstate.Document{SchemaVersion: desiredstate.SchemaVersion, Environment: desiredstate.Environment{
 		OrgID: "00000000-0000-4000-8000-000000000001", Org: "acme", ProjectID: "00000000-0000-4000-8000-000000000002", Project: "shop",

@@ -3,6 +3,8 @@ package agent
 import (
 	"bufio"
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,7 +95,13 @@ func (a *Agent) sendStatus(ctx context.Context, nsEnv map[string]string) {
 	} else {
 		a.cfg.Logger.Warn("listing nodes for the status report", "err", err)
 	}
-	if deps, err := cs.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: managedBy}); err == nil {
+	// Namespace by namespace: the agent may read only the namespaces it
+	// manages, not the whole cluster.
+	for _, ns := range sortedKeys(nsEnv) {
+		deps, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{LabelSelector: managedBy})
+		if err != nil {
+			continue
+		}
 		for _, d := range deps.Items {
 			st.Workloads = append(st.Workloads, workload(d, nsEnv[d.Namespace]))
 		}
@@ -128,12 +136,19 @@ func workload(d appsv1.Deployment, env string) transport.WorkloadStatus {
 // followLogs starts a log stream for every running managed container that
 // has none, and ends the streams of pods that are gone.
 func (a *Agent) followLogs(ctx context.Context, nsEnv map[string]string, streams map[string]context.CancelFunc, mu *sync.Mutex) {
-	pods, err := a.cfg.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: managedBy})
-	if err != nil {
-		return
+	var pods []corev1.Pod
+	unlisted := map[string]bool{}
+	for _, ns := range sortedKeys(nsEnv) {
+		l, err := a.cfg.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: managedBy})
+		if err != nil {
+			// The streams of a namespace that cannot be listed now go on.
+			unlisted[ns] = true
+			continue
+		}
+		pods = append(pods, l.Items...)
 	}
 	seen := map[string]bool{}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.Status.Phase != corev1.PodRunning || nsEnv[p.Namespace] == "" {
 			continue
 		}
@@ -157,7 +172,8 @@ func (a *Agent) followLogs(ctx context.Context, nsEnv map[string]string, streams
 	}
 	mu.Lock()
 	for key, cancel := range streams {
-		if !seen[key] {
+		ns, _, _ := strings.Cut(key, "/")
+		if !seen[key] && !unlisted[ns] {
 			cancel()
 		}
 	}
@@ -214,6 +230,10 @@ func (a *Agent) streamLogs(ctx context.Context, pod corev1.Pod, container, env s
 			flush()
 		}
 	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	return slices.Sorted(maps.Keys(m))
 }
 
 // parseLogLine splits the timestamp the API server puts before each line.

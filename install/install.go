@@ -1,7 +1,23 @@
 // Package install renders what installs an agent: the Kubernetes manifest
-// for a cluster (namespaces, least-privilege RBAC, the join token Secret, a
-// StatefulSet of two agent replicas with leader election, a
-// PodDisruptionBudget) and the systemd unit for an agent on a host.
+// for a cluster and the systemd unit for an agent on a host.
+//
+// The manifest gives the agent no right over what NebulaCtrl does not
+// manage. Cluster wide it may read nodes and namespaces, create namespaces
+// and change those it manages, and bind one ClusterRole (WorkloadRole, the
+// rights on workloads) with a RoleBinding: it binds it to itself in each
+// environment's namespace it creates, so its rights on Secrets,
+// Deployments, Services and Ingresses exist in those namespaces only. A
+// ValidatingAdmissionPolicy holds the agent's ServiceAccount to that: it may
+// change or bind only in namespaces labelled as managed by NebulaCtrl,
+// create only namespaces that carry that label, and bind nothing but
+// WorkloadRole to itself. Its pods pass the Pod Security Standard
+// "restricted" (its namespace enforces it): non-root, no privilege
+// escalation, no capabilities, the runtime's seccomp profile, read-only
+// root filesystems, bounded resources, and health probes that need no
+// inbound port.
+//
+// The join token is in the manifest only when asked for; without it the
+// manifest can live in Git and the token's Secret is created on its own.
 package install
 
 import (
@@ -10,83 +26,182 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"text/template"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 // Options say what to install.
 type Options struct {
 	// ControlPlaneURL is where the agents connect (https://...).
 	ControlPlaneURL string
-	// JoinToken is the cluster's join token.
+	// JoinToken is the cluster's join token, put in the manifest's Secret.
 	JoinToken string
-	// Image is the agent's container image.
+	// WithoutToken leaves the join token out: the manifest has no Secret,
+	// which is created separately (see JoinSecretCommand), so the manifest
+	// can be kept in Git.
+	WithoutToken bool
+	// Image is the agent's container image, with an explicit tag or digest
+	// (never latest).
 	Image string
 	// CABundle (PEM) is trusted besides the system roots.
 	CABundle string
 	// Cluster names the cluster, for the reader of the manifest.
 	Cluster string
+	// InsecurePlainHTTP allows an http:// ControlPlaneURL to a host that is
+	// not loopback: the join token, the agents' credentials and the secrets
+	// of every desired state then cross the network in clear.
+	InsecurePlainHTTP bool
 }
 
-// DefaultImage is the agent image of this version.
-func DefaultImage(version string) string {
-	if version == "" || version == "dev" {
-		version = "latest"
-	}
-	return "ghcr.io/nebulactrl/nebulactrl-agent:" + version
-}
-
-// Validate joins every problem with the options.
-func (o Options) Validate() error {
-	var errs []error
-	u, err := url.Parse(o.ControlPlaneURL)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		errs = append(errs, fmt.Errorf("control plane URL %q is not an http(s) URL", o.ControlPlaneURL))
-	}
-	if o.JoinToken == "" {
-		errs = append(errs, errors.New("no join token"))
-	}
-	if o.Image == "" || strings.ContainsAny(o.Image, " \n\"") {
-		errs = append(errs, fmt.Errorf("image %q is not an image reference", o.Image))
-	}
-	return errors.Join(errs...)
-}
-
-// AgentNamespace and BuildNamespace are the namespaces the manifest creates.
+// Names of what the manifest creates.
 const (
 	AgentNamespace = "nebula-system"
 	BuildNamespace = "nebula-build"
 	AgentName      = "nebulactrl-agent"
+	// WorkloadRole is the ClusterRole of the agent's rights in an
+	// environment's namespace, which the agent binds there itself.
+	WorkloadRole = "nebulactrl-workloads"
+	// JoinSecret holds the join token, under JoinSecretKey.
+	JoinSecret    = "nebulactrl-agent-join"
+	JoinSecretKey = "join-token"
+	// CAConfigMap holds the CA bundle, under ca.pem.
+	CAConfigMap = "nebulactrl-agent-ca"
+	// HealthFile is where the agent in a pod keeps its health, which its
+	// probes read.
+	HealthFile = "/run/nebulactrl/health"
+	// ManagedByLabel marks what NebulaCtrl manages.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "nebulactrl"
 )
+
+// Host agent paths: the binary has a directory of its own, which the unit
+// lets the agent write (to replace itself) and nothing else of the system.
+const (
+	HostBinaryDir = "/usr/local/lib/nebulactrl-agent"
+	HostBinary    = HostBinaryDir + "/nebulactrl-agent"
+	HostStateDir  = "/var/lib/nebulactrl-agent"
+)
+
+var releaseVersion = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+
+// DefaultImage is the agent image of a control plane's version ("1.5.0"):
+// the agents run the control plane's own version. It is "" for a version
+// that is not a release ("dev", a commit): such a build has no published
+// image, and the image must be given.
+func DefaultImage(version string) string {
+	if !releaseVersion.MatchString(version) {
+		return ""
+	}
+	return "ghcr.io/nebulactrl/nebulactrl-agent:" + strings.TrimPrefix(version, "v")
+}
+
+// CheckImage refuses an image reference without an explicit tag or digest,
+// or tagged latest: what runs must not change under the same manifest.
+func CheckImage(image string) error {
+	if image == "" || strings.ContainsAny(image, " \n\"'") {
+		return fmt.Errorf("image %q is not an image reference", image)
+	}
+	ref, err := name.ParseReference(image, name.StrictValidation)
+	if err != nil {
+		return fmt.Errorf("image %q needs an explicit tag or digest (%v)", image, err)
+	}
+	if t, ok := ref.(name.Tag); ok && t.TagStr() == "latest" {
+		return fmt.Errorf("image %q: not latest, which changes under the same manifest; give a version", image)
+	}
+	return nil
+}
+
+// CheckURL refuses a control plane URL the agents must not be given: not
+// http(s), or plain http:// to a host that is not loopback unless insecure.
+func CheckURL(raw string, insecure bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return fmt.Errorf("control plane URL %q is not an http(s) URL", raw)
+	}
+	if u.Scheme == "http" && !insecure && !transport.IsLoopback(u.Hostname()) {
+		return fmt.Errorf("control plane URL %s is plain HTTP to a host that is not loopback: the join token, "+
+			"the agents' credentials and the secrets of every desired state would cross the network in clear; "+
+			"give an https:// URL (or, on a network you trust as you would TLS, allow it with --insecure)", raw)
+	}
+	return nil
+}
+
+// Validate joins every problem with the options.
+func (o Options) Validate() error { return o.validate(true) }
+
+func (o Options) validate(image bool) error {
+	var errs []error
+	if err := CheckURL(o.ControlPlaneURL, o.InsecurePlainHTTP); err != nil {
+		errs = append(errs, err)
+	}
+	if o.JoinToken == "" && !o.WithoutToken {
+		errs = append(errs, errors.New("no join token"))
+	}
+	if strings.ContainsAny(o.JoinToken, " \n\r\"'") {
+		errs = append(errs, errors.New("the join token holds spaces or quotes"))
+	}
+	if err := CheckImage(o.Image); image && err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (o Options) data() map[string]any {
+	u, _ := url.Parse(o.ControlPlaneURL)
+	plain := u != nil && u.Scheme == "http"
+	remote := plain && !transport.IsLoopback(u.Hostname())
+	// The bundle as a YAML block scalar's lines.
+	ca := "    " + strings.ReplaceAll(strings.TrimRight(o.CABundle, "\n"), "\n", "\n    ")
+	return map[string]any{
+		"URL": o.ControlPlaneURL, "Image": o.Image, "Cluster": o.Cluster,
+		"WithToken": !o.WithoutToken, "Token": base64.StdEncoding.EncodeToString([]byte(o.JoinToken)), "RawToken": o.JoinToken,
+		"CA": ca, "HasCA": o.CABundle != "",
+		"Plain": plain && !remote, "PlainRemote": remote,
+		"Namespace": AgentNamespace, "Build": BuildNamespace, "Name": AgentName, "WorkloadRole": WorkloadRole,
+		"JoinSecret": JoinSecret, "JoinKey": JoinSecretKey, "CAConfigMap": CAConfigMap, "HealthFile": HealthFile,
+		"ManagedBy": ManagedByLabel, "ManagedByValue": ManagedByValue,
+		"SAUser":    "system:serviceaccount:" + AgentNamespace + ":" + AgentName,
+		"HostBinary": HostBinary, "HostBinaryDir": HostBinaryDir, "HostStateDir": HostStateDir,
+	}
+}
 
 // Manifest renders the cluster's install manifest (YAML, several documents).
 func Manifest(o Options) (string, error) {
 	if err := o.Validate(); err != nil {
 		return "", err
 	}
-	data := map[string]any{
-		"URL": o.ControlPlaneURL, "Image": o.Image, "Cluster": o.Cluster,
-		"Token":     base64.StdEncoding.EncodeToString([]byte(o.JoinToken)),
-		"CA":        base64.StdEncoding.EncodeToString([]byte(o.CABundle)),
-		"HasCA":     o.CABundle != "",
-		"Plain":     strings.HasPrefix(o.ControlPlaneURL, "http://"),
-		"Namespace": AgentNamespace, "Build": BuildNamespace, "Name": AgentName,
-	}
 	var b bytes.Buffer
-	if err := manifest.Execute(&b, data); err != nil {
+	if err := manifest.Execute(&b, o.data()); err != nil {
 		return "", err
 	}
 	return b.String(), nil
 }
 
+// JoinSecretCommand is the kubectl command that creates the join token's
+// Secret for a manifest made WithoutToken.
+func JoinSecretCommand(token string) string {
+	return fmt.Sprintf("kubectl -n %s create secret generic %s --from-literal=%s=%s", AgentNamespace, JoinSecret, JoinSecretKey, token)
+}
+
 // SystemdUnit renders the unit of an agent on a host; the join token goes in
-// an environment file next to it (mode 0600), never in the unit.
+// an environment file next to it (mode 0600), never in the unit (and is left
+// empty WithoutToken). The unit
+// is hardened (systemd-analyze security rates it well below 5): no
+// capabilities, a read-only system except the agent's state directory and
+// its binary's own directory (so that it can replace itself), no devices,
+// kernel tunables, other users' files or foreign system calls.
 func SystemdUnit(o Options) (unit, envFile string, err error) {
-	if err := o.Validate(); err != nil {
+	// A host runs the binary it was given: no image.
+	if err := o.validate(false); err != nil {
 		return "", "", err
 	}
 	var u, e bytes.Buffer
-	data := map[string]any{"URL": o.ControlPlaneURL, "Token": o.JoinToken, "HasCA": o.CABundle != "", "Plain": strings.HasPrefix(o.ControlPlaneURL, "http://")}
+	data := o.data()
 	if err := unitTmpl.Execute(&u, data); err != nil {
 		return "", "", err
 	}
@@ -97,12 +212,24 @@ func SystemdUnit(o Options) (unit, envFile string, err error) {
 }
 
 var manifest = template.Must(template.New("manifest").Parse(`# NebulaCtrl agent for cluster {{.Cluster}}. Apply with: kubectl apply -f -
+{{- if .WithToken}}
 # It holds the cluster's join token: keep it like a password.
+{{- else}}
+# It holds no join token and can be kept in Git. Before the agents can join,
+# create the token's Secret (with a token from nebula cluster token create):
+#   kubectl -n {{.Namespace}} create secret generic {{.JoinSecret}} --from-literal={{.JoinKey}}=TOKEN
+{{- end}}
+# Requires Kubernetes 1.30 or newer (ValidatingAdmissionPolicy).
 apiVersion: v1
 kind: Namespace
 metadata:
   name: {{.Namespace}}
-  labels: {app.kubernetes.io/part-of: nebulactrl}
+  labels:
+    app.kubernetes.io/part-of: nebulactrl
+    pod-security.kubernetes.io/enforce: restricted
+    pod-security.kubernetes.io/enforce-version: latest
+    pod-security.kubernetes.io/warn: restricted
+    pod-security.kubernetes.io/audit: restricted
 ---
 apiVersion: v1
 kind: Namespace
@@ -116,8 +243,8 @@ metadata:
   name: {{.Name}}
   namespace: {{.Namespace}}
 ---
-# What the agent does in the environments' namespaces: exactly the objects it
-# reconciles, and reading what it reports.
+# Cluster wide: nodes and namespaces to read, namespaces to create and
+# (the policy below says which) to change, and one role to bind.
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
@@ -126,6 +253,33 @@ rules:
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [get, list, watch, create, patch, update]
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get, list, watch]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [rolebindings]
+  verbs: [create]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [clusterroles]
+  verbs: [bind]
+  resourceNames: [{{.WorkloadRole}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{.Name}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {{.Name}}}
+subjects:
+- {kind: ServiceAccount, name: {{.Name}}, namespace: {{.Namespace}}}
+---
+# What the agent does in an environment's namespace: exactly the objects it
+# reconciles, and reading what it reports. Bound by the agent in each
+# namespace it creates, never cluster wide.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {{.WorkloadRole}}
+rules:
 - apiGroups: [""]
   resources: [secrets, services]
   verbs: [get, list, watch, create, patch, update, delete]
@@ -139,16 +293,64 @@ rules:
   resources: [replicasets]
   verbs: [get, list, watch]
 - apiGroups: [""]
-  resources: [pods, pods/log, nodes, events]
+  resources: [pods, pods/log, events]
   verbs: [get, list, watch]
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
+# The agent changes only the namespaces NebulaCtrl manages, and binds its
+# workload role only there and only to itself: without this, the right to
+# bind would reach kube-system.
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
 metadata:
   name: {{.Name}}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {{.Name}}}
-subjects:
-- {kind: ServiceAccount, name: {{.Name}}, namespace: {{.Namespace}}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["*"]
+      resources: [namespaces]
+      operations: [CREATE, UPDATE, DELETE]
+    - apiGroups: [rbac.authorization.k8s.io]
+      apiVersions: ["*"]
+      resources: [rolebindings]
+      operations: [CREATE, UPDATE, DELETE]
+  matchConditions:
+  - name: the-agent
+    expression: "request.userInfo.username == '{{.SAUser}}'"
+  variables:
+  - name: namespaces
+    expression: "request.resource.resource == 'namespaces'"
+  validations:
+  - expression: >-
+      !variables.namespaces || request.operation == 'DELETE' ||
+      (has(object.metadata.labels) && '{{.ManagedBy}}' in object.metadata.labels &&
+      object.metadata.labels['{{.ManagedBy}}'] == '{{.ManagedByValue}}')
+    message: "the agent's namespaces carry {{.ManagedBy}}={{.ManagedByValue}}"
+  - expression: >-
+      !variables.namespaces || request.operation == 'CREATE' ||
+      (has(oldObject.metadata.labels) && '{{.ManagedBy}}' in oldObject.metadata.labels &&
+      oldObject.metadata.labels['{{.ManagedBy}}'] == '{{.ManagedByValue}}')
+    message: "the agent changes only namespaces labelled {{.ManagedBy}}={{.ManagedByValue}}"
+  - expression: >-
+      variables.namespaces ||
+      (has(namespaceObject.metadata.labels) && '{{.ManagedBy}}' in namespaceObject.metadata.labels &&
+      namespaceObject.metadata.labels['{{.ManagedBy}}'] == '{{.ManagedByValue}}')
+    message: "the agent binds roles only in namespaces labelled {{.ManagedBy}}={{.ManagedByValue}}"
+  - expression: >-
+      variables.namespaces || request.operation == 'DELETE' ||
+      (object.roleRef.kind == 'ClusterRole' && object.roleRef.name == '{{.WorkloadRole}}' &&
+      has(object.subjects) && object.subjects.all(s, s.kind == 'ServiceAccount' &&
+      s.name == '{{.Name}}' && has(s.namespace) && s.namespace == '{{.Namespace}}'))
+    message: "the agent binds only {{.WorkloadRole}}, and only to itself"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{.Name}}
+spec:
+  policyName: {{.Name}}
+  validationActions: [Deny]
 ---
 # In its own namespace: its leader election Lease and its credentials.
 apiVersion: rbac.authorization.k8s.io/v1
@@ -172,23 +374,35 @@ metadata:
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: {{.Name}}}
 subjects:
 - {kind: ServiceAccount, name: {{.Name}}, namespace: {{.Namespace}}}
+{{- if .WithToken}}
 ---
 apiVersion: v1
 kind: Secret
 metadata:
-  name: {{.Name}}-join
+  name: {{.JoinSecret}}
   namespace: {{.Namespace}}
 type: Opaque
 data:
-  join-token: {{.Token}}
+  {{.JoinKey}}: {{.Token}}
+{{- end}}
 {{- if .HasCA}}
-  ca.pem: {{.CA}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{.CAConfigMap}}
+  namespace: {{.Namespace}}
+data:
+  ca.pem: |
+{{.CA -}}
 {{- end}}
 ---
 # Two replicas with stable names: each is a server of the cluster. One holds
 # the Lease and reconciles; the other stays connected and stands by. The agent
 # binary runs from a pod volume seeded from the image, so a self-upgrade
 # survives a container restart while a recreated pod starts from the image.
+# The join token is read only until the replica has its own credential: the
+# Secret may be deleted after both joined.
 apiVersion: apps/v1
 kind: StatefulSet
 metadata:
@@ -206,6 +420,12 @@ spec:
       labels: {app.kubernetes.io/name: {{.Name}}}
     spec:
       serviceAccountName: {{.Name}}
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        runAsGroup: 65532
+        fsGroup: 65532
+        seccompProfile: {type: RuntimeDefault}
       affinity:
         podAntiAffinity:
           preferredDuringSchedulingIgnoredDuringExecution:
@@ -218,6 +438,15 @@ spec:
       - name: seed-binary
         image: {{.Image}}
         command: [/nebulactrl-agent, seed, /agent-bin/nebulactrl-agent]
+        resources:
+          requests: {cpu: 10m, memory: 16Mi}
+          limits: {cpu: 500m, memory: 64Mi}
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          runAsNonRoot: true
+          capabilities: {drop: [ALL]}
+          seccompProfile: {type: RuntimeDefault}
         volumeMounts:
         - {name: agent-bin, mountPath: /agent-bin}
       containers:
@@ -226,35 +455,70 @@ spec:
         command: [/agent-bin/nebulactrl-agent]
         args:
         - --url={{.URL}}
-        - --join-token-file=/etc/nebulactrl/join-token
+        - --join-token-file=/etc/nebulactrl/join/{{.JoinKey}}
         - --credential-secret=$(POD_NAME)-credential
         - --lease-name={{.Name}}
+        - --workload-role={{.WorkloadRole}}
+        - --health-file={{.HealthFile}}
 {{- if .HasCA}}
-        - --ca-bundle=/etc/nebulactrl/ca.pem
+        - --ca-bundle=/etc/nebulactrl/ca/ca.pem
 {{- end}}
 {{- if .Plain}}
         - --insecure-plain-http
+{{- end}}
+{{- if .PlainRemote}}
+        - --insecure-plain-http-remote
 {{- end}}
         env:
         - name: POD_NAME
           valueFrom: {fieldRef: {fieldPath: metadata.name}}
         - name: POD_NAMESPACE
           valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+        - name: SERVICE_ACCOUNT
+          valueFrom: {fieldRef: {fieldPath: spec.serviceAccountName}}
         resources:
           requests: {cpu: 50m, memory: 64Mi}
-          limits: {memory: 256Mi}
+          limits: {cpu: "1", memory: 256Mi}
         securityContext:
           allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
           runAsNonRoot: true
-          runAsUser: 65532
+          capabilities: {drop: [ALL]}
+          seccompProfile: {type: RuntimeDefault}
+        # Alive: the agent keeps its health file fresh. Ready: it is
+        # connected to the control plane. No inbound port either way.
+        livenessProbe:
+          exec: {command: [/agent-bin/nebulactrl-agent, health, --file={{.HealthFile}}]}
+          initialDelaySeconds: 10
+          periodSeconds: 20
+          timeoutSeconds: 5
+          failureThreshold: 3
+        readinessProbe:
+          exec: {command: [/agent-bin/nebulactrl-agent, health, --file={{.HealthFile}}, --connected]}
+          periodSeconds: 10
+          timeoutSeconds: 5
+          failureThreshold: 3
         volumeMounts:
         - {name: agent-bin, mountPath: /agent-bin}
-        - {name: join, mountPath: /etc/nebulactrl, readOnly: true}
+        - {name: join, mountPath: /etc/nebulactrl/join, readOnly: true}
+        - {name: run, mountPath: /run/nebulactrl}
+        - {name: tmp, mountPath: /tmp}
+{{- if .HasCA}}
+        - {name: ca, mountPath: /etc/nebulactrl/ca, readOnly: true}
+{{- end}}
       volumes:
       - name: agent-bin
-        emptyDir: {}
+        emptyDir: {sizeLimit: 256Mi}
+      - name: run
+        emptyDir: {medium: Memory, sizeLimit: 1Mi}
+      - name: tmp
+        emptyDir: {sizeLimit: 64Mi}
       - name: join
-        secret: {secretName: {{.Name}}-join}
+        secret: {secretName: {{.JoinSecret}}, optional: true, defaultMode: 0440}
+{{- if .HasCA}}
+      - name: ca
+        configMap: {name: {{.CAConfigMap}}}
+{{- end}}
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
@@ -268,6 +532,9 @@ spec:
 `))
 
 var unitTmpl = template.Must(template.New("unit").Parse(`# /etc/systemd/system/nebulactrl-agent.service
+# The agent binary goes in {{.HostBinaryDir}}/, a directory of its own: the
+# agent may write there (to replace itself) and in {{.HostStateDir}},
+# and nowhere else.
 [Unit]
 Description=NebulaCtrl agent
 Wants=network-online.target
@@ -275,14 +542,52 @@ After=network-online.target
 
 [Service]
 EnvironmentFile=/etc/nebulactrl/agent.env
-ExecStart=/usr/local/bin/nebulactrl-agent --url {{.URL}} --state-dir /var/lib/nebulactrl-agent --kubeconfig /etc/rancher/k3s/k3s.yaml{{if .HasCA}} --ca-bundle /etc/nebulactrl/ca.pem{{end}}{{if .Plain}} --insecure-plain-http{{end}}
+ExecStart={{.HostBinary}} --url {{.URL}} --state-dir {{.HostStateDir}} --kubeconfig /etc/rancher/k3s/k3s.yaml{{if .HasCA}} --ca-bundle /etc/nebulactrl/ca.pem{{end}}{{if .Plain}} --insecure-plain-http{{end}}{{if .PlainRemote}} --insecure-plain-http-remote{{end}}
 Restart=always
 RestartSec=2
+UMask=0077
+StateDirectory=nebulactrl-agent
+StateDirectoryMode=0700
+ProtectSystem=strict
+ReadWritePaths={{.HostBinaryDir}}
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+DevicePolicy=closed
+PrivateMounts=yes
+PrivateIPC=yes
+NoNewPrivileges=yes
+CapabilityBoundingSet=
+AmbientCapabilities=
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+ProtectProc=invisible
+ProcSubset=pid
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+RestrictNamespaces=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+MemoryDenyWriteExecute=yes
+RemoveIPC=yes
+KeyringMode=private
+SystemCallArchitectures=native
+SystemCallFilter=@system-service
+SystemCallFilter=~@privileged
+SystemCallErrorNumber=EPERM
 
 [Install]
 WantedBy=multi-user.target
 `))
 
 var envTmpl = template.Must(template.New("env").Parse(`# /etc/nebulactrl/agent.env (mode 0600): read once, on the first start
-NEBULACTRL_JOIN_TOKEN={{.Token}}
+{{- if .WithToken}}
+NEBULACTRL_JOIN_TOKEN={{.RawToken}}
+{{- else}}
+NEBULACTRL_JOIN_TOKEN=
+{{- end}}
 `))

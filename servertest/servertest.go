@@ -48,6 +48,8 @@ type Options struct {
 	Listen string
 	// ApprovalTTL and StallTimeout override the defaults (72 h, 10 min).
 	ApprovalTTL, StallTimeout time.Duration
+	// Version is the version the control plane says it runs ("test").
+	Version string
 }
 
 // Start starts a control plane for t.
@@ -58,6 +60,9 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	if opts.Listen == "" {
 		opts.Listen = "127.0.0.1:0"
+	}
+	if opts.Version == "" {
+		opts.Version = "test"
 	}
 	if opts.SecretKey == "" {
 		k, err := seal.GenerateMasterKey()
@@ -76,7 +81,7 @@ func Start(t testing.TB, opts Options) *Server {
 	done := make(chan error, 1)
 	go func() {
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		done <- server.Run(ctx, cfg, server.Options{Version: "test", Logger: logger, Ready: func(addr string) { ready <- addr }, JobInterval: opts.JobInterval, Now: opts.Now})
+		done <- server.Run(ctx, cfg, server.Options{Version: opts.Version, Logger: logger, Ready: func(addr string) { ready <- addr }, JobInterval: opts.JobInterval, Now: opts.Now})
 	}()
 	var addr string
 	select {

@@ -80,6 +80,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives what the reconcile did; discarded when nil.
 	Logger *slog.Logger
+	// Binding, when set, is bound in every namespace the Reconciler
+	// creates, before anything else goes in it (see Binding).
+	Binding *Binding
 }
 
 // Validate reports every problem of the configuration at once.
@@ -95,6 +98,9 @@ func (c Config) Validate() error {
 	if c.RetireGrace < 0 {
 		errs = append(errs, fmt.Errorf("reconcile: Config.RetireGrace %v is negative", c.RetireGrace))
 	}
+	if c.Binding != nil {
+		errs = append(errs, c.Binding.Validate())
+	}
 	return errors.Join(errs...)
 }
 
@@ -107,6 +113,7 @@ type Reconciler struct {
 	grace        time.Duration
 	now          func() time.Time
 	log          *slog.Logger
+	binding      *Binding
 	// mu serialises Apply: two overlapping reconciles of one environment
 	// could prune what the other just applied.
 	mu sync.Mutex
@@ -117,7 +124,7 @@ func New(cfg Config) (*Reconciler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Reconciler{client: cfg.Client, fieldManager: cfg.FieldManager, grace: cfg.RetireGrace, now: cfg.Now, log: cfg.Logger}
+	r := &Reconciler{client: cfg.Client, fieldManager: cfg.FieldManager, grace: cfg.RetireGrace, now: cfg.Now, log: cfg.Logger, binding: cfg.Binding}
 	if r.fieldManager == "" {
 		r.fieldManager = DefaultFieldManager
 	}

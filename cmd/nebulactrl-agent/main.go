@@ -64,7 +64,12 @@ Example (in a cluster, as the install manifest runs it):
 			&cli.StringFlag{Name: "credential-secret", Usage: "keep the credential in this Secret of --namespace (in-cluster)", EnvVars: []string{"NEBULACTRL_CREDENTIAL_SECRET"}},
 			&cli.StringFlag{Name: "state-dir", Usage: "keep the credential in this directory (on a host)", Value: "/var/lib/nebulactrl-agent", EnvVars: []string{"NEBULACTRL_STATE_DIR"}},
 			&cli.StringFlag{Name: "ca-bundle", Usage: "also trust the CAs in this PEM file (besides the system roots)", EnvVars: []string{"NEBULACTRL_CA_BUNDLE"}},
-			&cli.BoolFlag{Name: "insecure-plain-http", Usage: "allow an http:// URL: loopback development only"},
+			&cli.BoolFlag{Name: "insecure-plain-http", Usage: "allow an http:// URL to a loopback host (development)"},
+			&cli.BoolFlag{Name: "insecure-plain-http-remote", Usage: "allow an http:// URL to any host: the join token, the credential and every secret cross the network in clear"},
+			&cli.StringFlag{Name: "workload-role", EnvVars: []string{"NEBULACTRL_WORKLOAD_ROLE"},
+				Usage: "bind this ClusterRole to the agent's ServiceAccount (--service-account in --namespace) in each namespace it creates: its only rights on workloads (the install manifest's RBAC)"},
+			&cli.StringFlag{Name: "service-account", Usage: "the agent's own ServiceAccount", Value: "nebulactrl-agent", EnvVars: []string{"SERVICE_ACCOUNT"}},
+			&cli.StringFlag{Name: "health-file", Usage: "keep this file fresh with the agent's health, for the health command (the pod's probes)", EnvVars: []string{"NEBULACTRL_HEALTH_FILE"}},
 			&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster configuration)", EnvVars: []string{"KUBECONFIG"}},
 			&cli.StringFlag{Name: "lease-name", Usage: "leader election Lease in --namespace; empty: this agent always reconciles", EnvVars: []string{"NEBULACTRL_LEASE_NAME"}},
 			&cli.DurationFlag{Name: "lease-duration", Value: 15 * time.Second, Usage: "leader election lease duration"},
@@ -76,6 +81,26 @@ Example (in a cluster, as the install manifest runs it):
 		},
 		Action: func(c *cli.Context) error { return serve(c) },
 		Commands: []*cli.Command{{
+			Name:  "health",
+			Usage: "exit 0 when the agent's health file is fresh (and with --connected, when it is connected to the control plane)",
+			Description: `The pod's probes run it: the agent needs no inbound port.
+
+Example:
+   nebulactrl-agent health --file /run/nebulactrl/health --connected`,
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "file", Usage: "the agent's --health-file", Required: true},
+				&cli.BoolFlag{Name: "connected", Usage: "also require a connection to the control plane"},
+				&cli.DurationFlag{Name: "max-age", Value: healthMaxAge, Usage: "how old the file may be"},
+			},
+			Action: func(c *cli.Context) error {
+				msg, err := checkHealth(c.String("file"), c.Bool("connected"), c.Duration("max-age"), time.Now())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(c.App.Writer, msg)
+				return nil
+			},
+		}, {
 			Name:      "seed",
 			Usage:     "copy this binary to a path (the install manifest's init container seeds the pod volume with it)",
 			ArgsUsage: "DEST",
@@ -92,17 +117,27 @@ Example (in a cluster, as the install manifest runs it):
 
 // seed copies the running binary to dest atomically: the path holds a whole
 // binary at every moment.
+// It streams: the init container's memory limit is far below the binary's size.
 func seed(dest string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	b, err := os.ReadFile(self)
+	in, err := os.Open(self)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", self, err)
 	}
+	defer in.Close()
 	tmp := dest + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := out.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", tmp, err)
 	}
 	return os.Rename(tmp, dest)
@@ -114,6 +149,24 @@ func serve(c *cli.Context) error {
 	}
 	if g := c.Duration("retire-grace"); g <= 0 {
 		return fmt.Errorf("--retire-grace %v: must be positive", g)
+	}
+	// Before anything is read or sent: the join token, the credential and
+	// the desired state's secrets cross plain HTTP only on loopback, unless
+	// the operator said otherwise in so many words.
+	plain, plainRemote := c.Bool("insecure-plain-http"), c.Bool("insecure-plain-http-remote")
+	if err := transport.CheckURL(c.String("url"), plain, plainRemote); err != nil {
+		return err
+	}
+	var binding *reconcile.Binding
+	if role := c.String("workload-role"); role != "" {
+		binding = &reconcile.Binding{ClusterRole: role, Namespace: c.String("namespace"), ServiceAccount: c.String("service-account")}
+		if err := binding.Validate(); err != nil {
+			return err
+		}
+	}
+	health := newHealthFile(c.String("health-file"))
+	if err := health.write(false, false); err != nil {
+		return err
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.String("log-level")))
@@ -169,7 +222,11 @@ func serve(c *cli.Context) error {
 		if token == "" {
 			return errors.New("no credential yet and no join token: give --join-token (from nebula cluster create) on the first start")
 		}
-		reg, err := transport.Register(c.Context, c.String("url"), tlsCfg, transport.RegisterRequest{JoinToken: trim(token), Name: name})
+		register := transport.Register
+		if plainRemote {
+			register = transport.RegisterPlainRemote
+		}
+		reg, err := register(c.Context, c.String("url"), tlsCfg, transport.RegisterRequest{JoinToken: trim(token), Name: name})
 		if err != nil {
 			return err
 		}
@@ -180,18 +237,23 @@ func serve(c *cli.Context) error {
 		cred = reg.Credential
 	}
 	a, err := agent.New(agent.Config{
-		Link:     transport.ClientConfig{URL: c.String("url"), Credential: cred, TLS: tlsCfg, AllowPlain: c.Bool("insecure-plain-http"), Logger: log},
+		Link: transport.ClientConfig{URL: c.String("url"), Credential: cred, TLS: tlsCfg, AllowPlain: plain, AllowPlainRemote: plainRemote, Logger: log,
+			OnConnected: func(transport.Welcome) { health.connected.Store(true) }, OnDisconnected: func(error) { health.connected.Store(false) }},
 		Client:   client,
 		Version:  version,
 		Identity: name, LeaseNamespace: c.String("namespace"), LeaseName: c.String("lease-name"),
 		LeaseDuration: c.Duration("lease-duration"), RenewDeadline: c.Duration("renew-deadline"), RetryPeriod: c.Duration("retry-period"),
 		RetireGrace: c.Duration("retire-grace"),
+		Binding:     binding,
 		Logger:      log,
 	})
 	if err != nil {
 		return err
 	}
-	return a.Run(c.Context)
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	go health.keep(ctx, a.Leader, log)
+	return a.Run(ctx)
 }
 
 func trim(s string) string {
