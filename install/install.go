@@ -165,7 +165,7 @@ func (o Options) data() map[string]any {
 		"Namespace": AgentNamespace, "Build": BuildNamespace, "Name": AgentName, "WorkloadRole": WorkloadRole,
 		"JoinSecret": JoinSecret, "JoinKey": JoinSecretKey, "CAConfigMap": CAConfigMap, "HealthFile": HealthFile,
 		"ManagedBy": ManagedByLabel, "ManagedByValue": ManagedByValue,
-		"SAUser":    "system:serviceaccount:" + AgentNamespace + ":" + AgentName,
+		"SAUser":     "system:serviceaccount:" + AgentNamespace + ":" + AgentName,
 		"HostBinary": HostBinary, "HostBinaryDir": HostBinaryDir, "HostStateDir": HostStateDir,
 	}
 }
