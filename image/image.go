@@ -111,7 +111,7 @@ type Resolver struct {
 	cfg       Config
 	insecure  map[string]bool
 	keychain  authn.Keychain
-	transport *http.Transport
+	transport http.RoundTripper
 }
 
 // NewResolver returns a Resolver with cfg's zero fields set to their defaults.
@@ -144,10 +144,11 @@ func NewResolver(cfg Config) *Resolver {
 	} else {
 		keychains = append(keychains, cfg.Keychain)
 	}
+	rt := httpsOnly{next: tr, insecure: newHostList(cfg.Insecure)}
 	// The lists are copied here, once, so a caller mutating its slices or
 	// map later cannot change this Resolver.
 	cfg.Insecure, cfg.Allowed, cfg.Auth, cfg.Transport = nil, nil, nil, nil
-	return &Resolver{cfg: cfg, insecure: insecure, keychain: authn.NewMultiKeychain(keychains...), transport: tr}
+	return &Resolver{cfg: cfg, insecure: insecure, keychain: authn.NewMultiKeychain(keychains...), transport: rt}
 }
 
 // IsPinned reports whether ref is a valid image reference that names its
@@ -360,6 +361,15 @@ func (r *Resolver) classify(ctx, tctx context.Context, ref string, parsed name.R
 	if why := tlsFailure(err); why != "" {
 		return failure(unreachable, err, "image %q: TLS with registry %s failed: %s; check the registry's certificate (a loopback development registry on plain HTTP must be listed as insecure)",
 			ref, registry, why)
+	}
+	var pe *plainHTTPError
+	if errors.As(err, &pe) {
+		if !isRegistryAddr(parsed.Context().Registry, pe.addr) {
+			return failure(unreachable, err, "image %q: registry %s sent the request on to a plain-HTTP address, which image resolution uses only for registries listed in NEBULACTRL_INSECURE_REGISTRIES",
+				ref, registry)
+		}
+		return failure(unreachable, err, "image %q: registry %s could not be reached over HTTPS, and plain HTTP is used only for registries listed in NEBULACTRL_INSECURE_REGISTRIES (loopback development registries)",
+			ref, registry)
 	}
 	if isNetwork(err) {
 		return failure(unreachable, err, "image %q: registry %s is unreachable (%s); check the registry host and port, DNS and network access",

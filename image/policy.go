@@ -268,3 +268,29 @@ func canonicalAddr(u *url.URL) string {
 	}
 	return net.JoinHostPort(u.Hostname(), port)
 }
+
+// plainHTTPError is a plain-HTTP request to a registry not listed as
+// insecure: its credentials and manifests would cross the network in clear.
+type plainHTTPError struct{ host, addr string }
+
+func (e *plainHTTPError) Error() string {
+	return fmt.Sprintf("plain HTTP to %s refused: it is not listed as an insecure registry", e.host)
+}
+
+// httpsOnly refuses plain HTTP except to the registries listed as insecure.
+// go-containerregistry falls back to plain HTTP on its own for registries on
+// private and loopback addresses, and follows redirects to http:// URLs.
+type httpsOnly struct {
+	next     http.RoundTripper
+	insecure hostList
+}
+
+func (h httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "https" && !h.insecure.contains(canonicalAddr(req.URL)) {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, &plainHTTPError{host: req.URL.Host, addr: canonicalAddr(req.URL)}
+	}
+	return h.next.RoundTrip(req)
+}

@@ -206,7 +206,7 @@ func TestRedirectAndTokenRealmToRefusedAddresses(t *testing.T) {
 				w.WriteHeader(http.StatusOK)
 				return
 			}
-			http.Redirect(w, r, "http://"+internal+"/v2/api/manifests/v1", http.StatusTemporaryRedirect)
+			http.Redirect(w, r, "https://"+internal+"/v2/api/manifests/v1", http.StatusTemporaryRedirect)
 		},
 		"redirect to metadata address": func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/v2/" {
@@ -220,21 +220,21 @@ func TestRedirectAndTokenRealmToRefusedAddresses(t *testing.T) {
 				w.WriteHeader(http.StatusOK)
 				return
 			}
-			http.Redirect(w, r, "http://metadata.google.internal/computeMetadata/v1/", http.StatusFound)
+			http.Redirect(w, r, "https://metadata.google.internal/computeMetadata/v1/", http.StatusFound)
 		},
 		"redirect to localhost": func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/v2/" {
 				w.WriteHeader(http.StatusOK)
 				return
 			}
-			http.Redirect(w, r, "http://localhost:"+internalPort+"/v2/api/manifests/v1", http.StatusFound)
+			http.Redirect(w, r, "https://localhost:"+internalPort+"/v2/api/manifests/v1", http.StatusFound)
 		},
 		"token realm on loopback": func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="http://`+internal+`/token",service="x"`)
 			w.WriteHeader(http.StatusUnauthorized)
 		},
 		"token realm on localhost": func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="http://localhost:`+internalPort+`/token",service="x"`)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="https://localhost:`+internalPort+`/token",service="x"`)
 			w.WriteHeader(http.StatusUnauthorized)
 		},
 	} {
@@ -251,6 +251,35 @@ func TestRedirectAndTokenRealmToRefusedAddresses(t *testing.T) {
 		})
 	}
 	require.Zero(t, hits.Load(), "no request reached the loopback service")
+}
+
+// Plain HTTP only to registries listed as insecure: not by
+// go-containerregistry's own fallback for private and loopback addresses, not
+// by a redirect.
+func TestPlainHTTPOnlyToInsecureRegistries(t *testing.T) {
+	t.Parallel()
+	internal, hits := internalService(t)
+	// Allowed (any address) but not insecure: HTTPS only.
+	_, err := NewResolver(Config{Allowed: []string{internal}, Keychain: emptyKeychain(), Timeout: 5 * time.Second}).
+		Resolve(t.Context(), internal+"/api:v1")
+	require.ErrorIs(t, err, ErrUnreachable)
+	require.NotErrorIs(t, err, ErrAddressRefused)
+	require.NotContains(t, err.Error(), secret)
+	require.Contains(t, err.Error(), "NEBULACTRL_INSECURE_REGISTRIES")
+
+	// A listed insecure registry redirecting to plain HTTP elsewhere.
+	srv := startRegistry(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		http.Redirect(w, r, "http://registry.example.com/v2/api/manifests/v1", http.StatusFound)
+	}))
+	host := strings.TrimPrefix(srv.URL, "http://")
+	_, err = newTestResolver(host, internal).Resolve(t.Context(), host+"/api:v1")
+	require.ErrorIs(t, err, ErrUnreachable)
+	require.Contains(t, err.Error(), "sent the request on to a plain-HTTP address")
+	require.Zero(t, hits.Load())
 }
 
 // Whatever a registry answers, the error names the registry and the status
