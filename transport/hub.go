@@ -212,6 +212,7 @@ func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
 	}
 	// The credential was good at the upgrade; it must still be now, before
 	// the agent counts as connected and is sent anything.
+	giveUp := time.Now().Add(h.cfg.ReadTimeout)
 	for {
 		err := h.recheck(ctx, ac)
 		if err == nil {
@@ -219,6 +220,10 @@ func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
 		}
 		if !errors.Is(err, ErrUnavailable) {
 			return err.Error()
+		}
+		if time.Now().After(giveUp) {
+			// Not a refusal: the agent comes back later.
+			return "the credential cannot be checked now"
 		}
 		if !sleepCtx(ctx, time.Second) {
 			return "control plane shutting down"

@@ -466,6 +466,20 @@ func TestCredentialsThatCannotBeCheckedHoldDeliveries(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 
+	// A hello while credentials cannot be checked waits for the check.
+	w.mu.Lock()
+	w.down = false
+	w.mu.Unlock()
+	ws := rawAgent(t, srv, "good-waits")
+	w.mu.Lock()
+	w.down = true
+	w.mu.Unlock()
+	require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","payload":{"protocol":1,"applied":{}}}`)))
+	_ = ws.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, _, err = ws.ReadMessage()
+	require.Error(t, err, "no welcome while the credential cannot be checked")
+	ws.Close()
+
 	w.mu.Lock()
 	w.down = false
 	w.mu.Unlock()
@@ -476,6 +490,12 @@ func TestCredentialsThatCannotBeCheckedHoldDeliveries(t *testing.T) {
 		t.Fatalf("the agent stopped: %v", err)
 	default:
 	}
+	ws = rawAgent(t, srv, "good-later")
+	require.NoError(t, ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"hello","payload":{"protocol":1,"applied":{}}}`)))
+	_ = ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, b, err := ws.ReadMessage()
+	require.NoError(t, err)
+	require.Contains(t, string(b), transport.TypeWelcome)
 }
 
 func FuzzDecode(f *testing.F) {
