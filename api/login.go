@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -58,15 +59,21 @@ func errHashingBusy() error {
 		message: "too many sign-ins are being checked right now; try again in a second"}
 }
 
-// do runs f in a slot, waiting for one while the queue has room.
-func (g *hashGate) do(ctx context.Context, f func()) error {
+// admit takes a place in the queue, or answers busy at once; leave gives
+// the place back.
+func (g *hashGate) admit() (leave func(), err error) {
 	select {
 	case g.queue <- struct{}{}:
 	default:
-		return errHashingBusy()
+		return nil, errHashingBusy()
 	}
 	g.count(1)
-	defer func() { <-g.queue; g.count(-1) }()
+	var once sync.Once
+	return func() { once.Do(func() { <-g.queue; g.count(-1) }) }, nil
+}
+
+// run runs f in a slot once one is free; the caller was admitted.
+func (g *hashGate) run(ctx context.Context, f func()) error {
 	select {
 	case g.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -78,6 +85,16 @@ func (g *hashGate) do(ctx context.Context, f func()) error {
 	}
 	f()
 	return nil
+}
+
+// do runs f in a slot, waiting for one while the queue has room.
+func (g *hashGate) do(ctx context.Context, f func()) error {
+	leave, err := g.admit()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return g.run(ctx, f)
 }
 
 func (g *hashGate) count(delta float64) {
@@ -96,10 +113,11 @@ func (a *API) hashPassword(ctx context.Context, pw string) (string, error) {
 	return string(b), err
 }
 
-// checkPassword compares a password with a hash in a slot of the gate.
+// checkPassword compares a password with a hash in a slot of the gate; the
+// caller was admitted.
 func (a *API) checkPassword(ctx context.Context, hash, pw string) (bool, error) {
 	ok := false
-	err := a.gate.do(ctx, func() { ok = bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw)) == nil })
+	err := a.gate.run(ctx, func() { ok = bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw)) == nil })
 	return ok, err
 }
 
