@@ -65,13 +65,16 @@ func TestHealthCommand(t *testing.T) {
 	_, err = checkHealth(path, false, healthMaxAge, time.Now().Add(time.Minute))
 	require.ErrorContains(t, err, "stuck", "a file not rewritten fails the liveness probe")
 
-	// The agent keeps it fresh, and removes it when it stops.
+	// The agent keeps it fresh with what the link says, and removes it when
+	// it stops.
+	require.NoError(t, os.Remove(path))
+	h.connected.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { h.keep(ctx, func() bool { return false }, nil); close(done) }()
 	require.Eventually(t, func() bool {
-		_, err := checkHealth(path, true, healthMaxAge, time.Now())
-		return err == nil
+		msg, err := checkHealth(path, true, healthMaxAge, time.Now())
+		return err == nil && msg == "healthy: connected, standing by"
 	}, 5*time.Second, 10*time.Millisecond)
 	cancel()
 	<-done
