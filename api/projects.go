@@ -66,7 +66,7 @@ func (req ServiceRequest) deadline(current int) int {
 // is stored and never returned.
 type VariableInput struct {
 	Name   string `json:"name"`
-	Value  string `json:"value" input:"opaque,max=65536"`
+	Value  string `json:"value" input:"opaque,max=32768"`
 	Secret bool   `json:"secret,omitempty"`
 }
 
