@@ -5,6 +5,9 @@ import (
 	"io"
 	"log"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -60,7 +63,8 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	}
 	clk := &offsetClock{}
 	srv := servertest.Start(t, servertest.Options{Insecure: []string{host}, Listen: freeAddr(t), Now: clk.Now, StallTimeout: 30 * time.Minute})
-	rc, err := client.New(srv.URL, srv.Setup(t, "alice@example.com", "acme"))
+	aliceToken := srv.Setup(t, "alice@example.com", "acme")
+	rc, err := client.New(srv.URL, aliceToken)
 	require.NoError(t, err)
 	_, err = rc.CreateUser(ctx, api.CreateUserRequest{Email: "bob@example.com", Password: "correct horse battery staple"})
 	require.NoError(t, err)
@@ -141,21 +145,35 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 		return len(pods) == replicas
 	}
 
-	// v1: every stage, live, in order, as `nebula deploy --wait` follows it.
-	v1 := deploy("v1")
-	var seen []string
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	err = rc.WatchDeployment(wctx, "acme", "shop", "staging", "api", v1, client.StreamOptions{}, func(e client.DeploymentEvent) (bool, error) {
-		// A stage is reported again as its pods become ready (1/2, 2/2).
-		if e.Stage != nil && (len(seen) == 0 || seen[len(seen)-1] != e.Stage.Stage) {
-			seen = append(seen, e.Stage.Stage)
-		}
-		return false, nil
-	})
-	cancel()
+	// v1: every stage, live, in order, as a person sees it from
+	// `nebula deploy --wait` (the real binary, its output piped).
+	nebula := buildNebula(t)
+	cmd := exec.Command(nebula, "deploy", "acme/shop/staging/api", "--image", host+"/"+images["v1"], "--wait")
+	cmd.Env = append(os.Environ(), "NEBULACTRL_URL="+srv.URL, "NEBULACTRL_TOKEN="+aliceToken, "XDG_CONFIG_HOME="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "nebula deploy --wait exits 0 on success:\n%s", out)
+	require.Regexp(t, `(?m)^Deployment \S+ succeeded in`, string(out))
+	ds, err := rc.Deployments(ctx, "acme", "shop", "staging", "api", 1)
 	require.NoError(t, err)
-	require.Equal(t, []string{"delivering", "starting", "probing", "switching", "retiring", "succeeded"}, seen)
+	v1 := ds[0].ID
 	d := deployment(v1)
+	var stages []string
+	for _, st := range d.Stages {
+		if len(stages) == 0 || stages[len(stages)-1] != st.Stage {
+			stages = append(stages, st.Stage)
+		}
+	}
+	require.Equal(t, []string{"delivering", "starting", "probing", "switching", "retiring", "succeeded"}, stages)
+	var seen []string
+	for _, line := range strings.Split(string(out), "\n") {
+		// Plain lines when piped: "15:04:05 probing 1/2 ready".
+		f := strings.Fields(line)
+		if len(f) >= 2 && len(f[0]) == 8 && strings.Count(f[0], ":") == 2 && (len(seen) == 0 || seen[len(seen)-1] != f[1]) {
+			seen = append(seen, f[1])
+		}
+	}
+	require.Equal(t, []string{"delivering", "starting", "probing", "switching", "retiring"}, seen, "%s", out)
+
 	for i := 1; i < len(d.Stages); i++ {
 		require.False(t, d.Stages[i].At.Before(d.Stages[i-1].At), "stages are timed in order")
 	}
@@ -198,7 +216,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 
 	// Protected: v5 waits for someone other than its requester.
 	protected := true
-	_, err = rc.UpdateEnvironment(ctx, "acme", "shop", "staging", api.UpdateEnvironmentRequest{Protected: &protected})
+	_, _, err = rc.UpdateEnvironment(ctx, "acme", "shop", "staging", api.UpdateEnvironmentRequest{Protected: &protected})
 	require.NoError(t, err)
 	approveAsBob := func(res api.DeployResponse) string {
 		t.Helper()
@@ -240,8 +258,12 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 
 	// The agent goes away during a deploy: the blocker delivery shows while
 	// its cluster is Disconnected; it returns and the deploy finishes.
+	// Turning protection off is itself a change someone else approves.
 	protected = false
-	_, err = rc.UpdateEnvironment(ctx, "acme", "shop", "staging", api.UpdateEnvironmentRequest{Protected: &protected})
+	_, waits, err := rc.UpdateEnvironment(ctx, "acme", "shop", "staging", api.UpdateEnvironmentRequest{Protected: &protected})
+	require.NoError(t, err)
+	require.NotNil(t, waits, "it waits in a change set")
+	_, err = bc.ApproveChangeSet(ctx, "acme", "shop", "staging", waits.ID, waits.Version)
 	require.NoError(t, err)
 	agentA.cancel()
 	require.NoError(t, <-agentA.done)
@@ -265,7 +287,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	clk.advance(31 * time.Minute)
 	require.Eventually(t, func() bool { return deployment(v7).Stalled }, 30*time.Second, 200*time.Millisecond, "no progress for the stall timeout")
 	protected = true
-	_, err = rc.UpdateEnvironment(ctx, "acme", "shop", "staging", api.UpdateEnvironmentRequest{Protected: &protected})
+	_, _, err = rc.UpdateEnvironment(ctx, "acme", "shop", "staging", api.UpdateEnvironmentRequest{Protected: &protected})
 	require.NoError(t, err)
 	res, err = rc.Deploy(ctx, "acme", "shop", "staging", "api", host+"/"+images["v6"])
 	require.NoError(t, err)
@@ -278,4 +300,14 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond, "an open change set expires")
 
 	require.Positive(t, endpoints.Events(), "the EndpointSlice watch saw the rollouts")
+}
+
+// buildNebula builds the nebula CLI for the test, as a person installs it.
+func buildNebula(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "nebula")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/nebulactrl/nebulactrl/cmd/nebula")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "building nebula: %s", out)
+	return bin
 }
