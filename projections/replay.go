@@ -38,7 +38,11 @@ type ProjectionReport struct {
 
 // ReplayReport is what the replay tool found.
 type ReplayReport struct {
-	Events      int64              `json:"events"`
+	Events int64 `json:"events"`
+	// Lag is what the live projections had not handled when the replay
+	// began: a replay compares what was projected, so a projection stuck
+	// behind the event store fails the replay even when the rows agree.
+	Lag         Lag                `json:"lag"`
 	Duration    time.Duration      `json:"duration"`
 	Projections []ProjectionReport `json:"projections"`
 	Chain       ChainReport        `json:"chain"`
@@ -46,6 +50,9 @@ type ReplayReport struct {
 
 // Equal reports whether every projection equals its rebuild and the audit chain holds.
 func (r ReplayReport) Equal() bool {
+	if r.Lag.Behind() {
+		return false
+	}
 	for _, p := range r.Projections {
 		if !p.Equal {
 			return false
@@ -62,6 +69,13 @@ func (r ReplayReport) Equal() bool {
 func Replay(ctx context.Context, pool *pgxpool.Pool) (ReplayReport, error) {
 	start := time.Now()
 	var rep ReplayReport
+	// Everything committed before the replay must have been projected; a
+	// little time is given to the live projections to get there.
+	lag, err := WaitCaughtUp(ctx, pool, 10*time.Second)
+	if err != nil {
+		return rep, fmt.Errorf("replay: %w", err)
+	}
+	rep.Lag = lag
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("replay: %w", err)
@@ -284,8 +298,32 @@ type ChainReport struct {
 	OK     bool  `json:"ok"`
 	Rows   int64 `json:"rows"`
 	Events int64 `json:"events"`
+	// Lag is set by Verify: events the projections had not handled.
+	Lag *Lag `json:"lag,omitempty"`
 	// Problem describes the first break, naming the row.
 	Problem string `json:"problem,omitempty"`
+}
+
+// Verify waits (briefly) for the projections to handle every event committed
+// so far, then verifies the audit chain: an intact chain that stops short of
+// the event store, because a projection is stuck, is not "intact".
+func Verify(ctx context.Context, pool *pgxpool.Pool) (ChainReport, error) {
+	lag, err := WaitCaughtUp(ctx, pool, 10*time.Second)
+	if err != nil {
+		return ChainReport{}, err
+	}
+	rep, err := VerifyChain(ctx, pool)
+	if err != nil {
+		return rep, err
+	}
+	if lag.Behind() {
+		rep.Lag = &lag
+		if rep.OK {
+			rep.OK = false
+			rep.Problem = "the projections are stuck: " + lag.String()
+		}
+	}
+	return rep, nil
 }
 
 // VerifyChain walks the audit log in order, recomputing every hash and link,

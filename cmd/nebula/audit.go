@@ -97,6 +97,9 @@ Example:
 						}
 						w.Flush()
 						fmt.Fprintf(c.App.Writer, "\n%d events replayed in %s\n", rep.Events, rep.Duration.Round(time.Millisecond))
+						if rep.Lag.Behind() {
+							fmt.Fprintf(c.App.Writer, "NOT CURRENT: %s\n", rep.Lag)
+						}
 						printChain(c, rep.Chain)
 					}
 					if !rep.Equal() {
@@ -110,7 +113,9 @@ Example:
 				Usage: "verify the audit log's hash chain (works on the database)",
 				Description: `Recomputes every audit row's hash and link and checks the chain's head
 against the number of events projected, so an edited, inserted or deleted
-row, or a deleted tail, is found. Exits 1 when the chain is broken.
+row, or a deleted tail, is found; and checks that the projections have
+handled every event in the store (a stuck projection is named with the
+event it stopped at). Exits 1 when the chain is broken or stops short.
 
 Example:
    nebula audit verify`,
@@ -121,7 +126,7 @@ Example:
 						return err
 					}
 					defer done()
-					rep, err := projections.VerifyChain(c.Context, pool)
+					rep, err := projections.Verify(c.Context, pool)
 					if err != nil {
 						return err
 					}

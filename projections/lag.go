@@ -1,0 +1,91 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nebulactrl/nebulactrl/eventstore"
+)
+
+// Lag is how far a subscription is behind the event store: the events
+// committed after its checkpoint, and the first of them. An event that no
+// projection can store keeps the projections at that event; the lag names it.
+type Lag struct {
+	Subscription string `json:"subscription"`
+	Events       int64  `json:"events"`
+	// First is the oldest event not handled yet, when there is one.
+	FirstPosition int64     `json:"firstPosition,omitempty"`
+	FirstType     string    `json:"firstType,omitempty"`
+	FirstStream   string    `json:"firstStream,omitempty"`
+	FirstAt       time.Time `json:"firstAt,omitzero"`
+}
+
+// Behind reports whether the subscription has events left to handle.
+func (l Lag) Behind() bool { return l.Events > 0 }
+
+// String says in a line what the lag is.
+func (l Lag) String() string {
+	if !l.Behind() {
+		return l.Subscription + ": current"
+	}
+	return fmt.Sprintf("%s: %d events behind the event store, from position %d (%s on %s, %s)",
+		l.Subscription, l.Events, l.FirstPosition, l.FirstType, l.FirstStream, l.FirstAt.UTC().Format(time.RFC3339))
+}
+
+// SubscriptionLag measures one subscription's lag through q.
+func SubscriptionLag(ctx context.Context, q eventstore.Querier, subscription string) (Lag, error) {
+	lag := Lag{Subscription: subscription}
+	cur, _, err := eventstore.Checkpoint(ctx, q, subscription)
+	if err != nil {
+		return lag, err
+	}
+	err = q.QueryRow(ctx, `SELECT count(*) FROM events WHERE (transaction_id, position) > ($1::text::xid8, $2)`,
+		fmt.Sprint(cur.TxID), cur.Position).Scan(&lag.Events)
+	if err != nil {
+		return lag, fmt.Errorf("measuring the lag of %s: %w", subscription, err)
+	}
+	if lag.Events == 0 {
+		return lag, nil
+	}
+	err = q.QueryRow(ctx, `SELECT position, event_type, stream_id, occurred_at FROM events
+		WHERE (transaction_id, position) > ($1::text::xid8, $2) ORDER BY transaction_id, position LIMIT 1`,
+		fmt.Sprint(cur.TxID), cur.Position).Scan(&lag.FirstPosition, &lag.FirstType, &lag.FirstStream, &lag.FirstAt)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return lag, fmt.Errorf("measuring the lag of %s: %w", subscription, err)
+	}
+	return lag, nil
+}
+
+// WaitCaughtUp waits until the projections handled every event that was
+// committed when it was called, at most timeout, and no longer than two
+// seconds without progress; it returns the lag then. A lag left after the
+// wait means the projections are stuck (or very slow).
+func WaitCaughtUp(ctx context.Context, q eventstore.Querier, timeout time.Duration) (Lag, error) {
+	var head int64
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&head); err != nil {
+		return Lag{}, err
+	}
+	deadline := time.Now().Add(timeout)
+	last, moved := int64(-1), time.Now()
+	for {
+		_, handled, err := eventstore.Checkpoint(ctx, q, SubscriptionName)
+		if err != nil {
+			return Lag{}, err
+		}
+		if handled != last {
+			last, moved = handled, time.Now()
+		}
+		if handled >= head || time.Now().After(deadline) || time.Since(moved) > 2*time.Second {
+			return SubscriptionLag(ctx, q, SubscriptionName)
+		}
+		select {
+		case <-ctx.Done():
+			return Lag{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
