@@ -170,16 +170,29 @@ func (s *Store) Run(ctx context.Context, sub Subscription) error {
 			continue
 		}
 		backoff = 100 * time.Millisecond
+		if n > 0 {
+			// The horizon moved: what still waits behind it waits for
+			// another transaction.
+			wait = 5 * time.Millisecond
+		}
 		if n == sub.BatchSize {
 			continue
 		}
 		if pending {
 			// Committed events wait behind an older open transaction: look
-			// again soon, less often the longer it stays open.
-			if !sleep(ctx, wait) {
+			// again soon, less often the longer it stays open, and at once
+			// when another append is announced (its transaction may have
+			// been the one in the way).
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
 				return nil
+			case <-sub.Wake:
+				t.Stop()
+			case <-t.C:
+				wait = min(wait*2, 200*time.Millisecond)
 			}
-			wait = min(wait*2, 200*time.Millisecond)
 			continue
 		}
 		wait = 5 * time.Millisecond
