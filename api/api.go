@@ -205,10 +205,36 @@ func (a *API) Routes() []RouteInfo {
 
 // settle waits until the projections have handled a command's events, so
 // that the response, and any request after it on any replica, sees them.
+//
+// When the projections do not move (one is stuck at an event it cannot
+// handle) or do not get there in time, the answer is 503 projections_behind
+// at once: the change is recorded, but reads would not show it.
 func (a *API) settle(ctx context.Context, res command.Result) error {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.ConsistencyTimeout)
-	defer cancel()
-	return projections.WaitFor(ctx, a.pool, res.Last, a.cfg.Changed)
+	deadline := time.Now().Add(a.cfg.ConsistencyTimeout)
+	for {
+		_, before, err := eventstore.Checkpoint(ctx, a.pool, projections.SubscriptionName)
+		if err != nil {
+			return err
+		}
+		step, cancel := context.WithTimeout(ctx, min(2*time.Second, time.Until(deadline)))
+		err = projections.WaitFor(step, a.pool, res.Last, a.cfg.Changed)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		_, after, cerr := eventstore.Checkpoint(ctx, a.pool, projections.SubscriptionName)
+		if cerr != nil {
+			return cerr
+		}
+		if after == before || !time.Now().Before(deadline) {
+			lag, lerr := projections.SubscriptionLag(ctx, a.pool, projections.SubscriptionName)
+			if lerr != nil {
+				return lerr
+			}
+			return errorf(http.StatusServiceUnavailable, "projections_behind",
+				"the change was recorded, but the projections are behind (%s); reads do not show it yet", lag)
+		}
+	}
 }
 
 // commandContext is who issues a command in this request.

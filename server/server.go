@@ -132,6 +132,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	waker := store.NewWaker(replica, projections.ProjectedChannel)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(lagCollector{pool: pool})
 	registryAuth, err := image.ParseAuth(cfg.RegistryAuth)
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvRegistryAuth, err)
@@ -342,6 +343,16 @@ func replicaName(addr string) string {
 
 // readyz answers 200 when the database answers. Every migration of this
 // binary was applied before the server started listening for requests.
+// subscriptions are the checkpointed readers whose lag the operator sees.
+var subscriptions = []string{projections.SubscriptionName, reactions.SubscriptionName}
+
+// stuckAfter is how old the oldest unhandled event may be before a
+// subscription counts as stuck and the replica as not ready.
+const stuckAfter = time.Minute
+
+// readyz answers 200 when the database answers and no subscription is stuck,
+// 503 otherwise; the body names each subscription's lag and, when one is
+// behind, the event it waits at.
 func readyz(pool *pgxpool.Pool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
@@ -352,7 +363,60 @@ func readyz(pool *pgxpool.Pool) http.HandlerFunc {
 			_, _ = w.Write([]byte("database unreachable\n"))
 			return
 		}
-		_, _ = w.Write([]byte("ready\n"))
+		var b strings.Builder
+		ready := true
+		for _, sub := range subscriptions {
+			lag, err := projections.SubscriptionLag(ctx, pool, sub)
+			if err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, "cannot measure the lag of %s: %v\n", sub, err)
+				return
+			}
+			if lag.Behind() && time.Since(lag.FirstAt) > stuckAfter {
+				ready = false
+				fmt.Fprintf(&b, "STUCK %s\n", lag)
+				continue
+			}
+			fmt.Fprintf(&b, "%s\n", lag)
+		}
+		if !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not ready: a subscription is stuck (see docs/operations.md)\n" + b.String()))
+			return
+		}
+		_, _ = w.Write([]byte("ready\n" + b.String()))
+	}
+}
+
+// lagCollector exports each subscription's lag at scrape time.
+type lagCollector struct{ pool *pgxpool.Pool }
+
+var (
+	lagEventsDesc = prometheus.NewDesc("nebulactrl_subscription_lag_events",
+		"Events committed that a subscription (projections, reactions) has not handled yet.", []string{"subscription"}, nil)
+	lagSecondsDesc = prometheus.NewDesc("nebulactrl_subscription_lag_seconds",
+		"Age of the oldest event a subscription has not handled yet (0 when current).", []string{"subscription"}, nil)
+)
+
+func (lagCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- lagEventsDesc
+	ch <- lagSecondsDesc
+}
+
+func (c lagCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, sub := range subscriptions {
+		lag, err := projections.SubscriptionLag(ctx, c.pool, sub)
+		if err != nil {
+			continue
+		}
+		age := 0.0
+		if lag.Behind() {
+			age = time.Since(lag.FirstAt).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(lagEventsDesc, prometheus.GaugeValue, float64(lag.Events), sub)
+		ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, age, sub)
 	}
 }
 
