@@ -502,6 +502,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"type":"hello","payload":{"protocol":1,"version":"1.0.0","arch":"amd64","applied":{"e":1},"facts":{"leader":true}}}`))
 	f.Add([]byte(`{"type":"ack","payload":{"environmentId":"e","revision":2,"hash":"h","services":[{"service":"api","state":"failed","reason":"x"}]}}`))
 	f.Add([]byte(`{"type":"heartbeat","payload":{"time":"2026-11-30T00:00:00Z","leader":false}}`))
+	f.Add([]byte(`{"type":"stage","payload":{"environmentId":"e","deploymentId":"d","service":"api","release":2,"stage":"probing","ready":1,"desired":2,"detail":"x\u0000","time":"2026-11-30T00:00:00Z"}}`))
+	f.Add([]byte(`{"type":"status","payload":{"nodes":[{"name":"n","ready":true,"cpu":"1","memory":"1Gi","kubeletVersion":"v1"}],"workloads":[],"events":[]}}`))
+	f.Add([]byte(`{"type":"logs","payload":{"environmentId":"e","service":"api","release":1,"pod":"p","container":"c","lines":[{"time":"2026-11-30T00:00:00Z","text":"\xff"}]}}`))
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		env, err := transport.Decode(frame)
 		if err != nil {
@@ -515,6 +518,12 @@ func FuzzDecode(f *testing.F) {
 			v = &transport.Ack{}
 		case transport.TypeHeartbeat:
 			v = &transport.Heartbeat{}
+		case transport.TypeStage:
+			v = &transport.StageReport{}
+		case transport.TypeStatus:
+			v = &transport.Status{}
+		case transport.TypeLogs:
+			v = &transport.Logs{}
 		default:
 			return
 		}
