@@ -385,7 +385,11 @@ func ReadAll(ctx context.Context, q Querier, after Cursor, limit int) ([]Event, 
 	if err != nil {
 		return nil, fmt.Errorf("reading events after %v: %w", after, err)
 	}
-	evs, err := scanEvents(rows, limit)
+	// Not room for limit events up front: most reads of a live subscription
+	// find a few, and a batch's worth (about 1 MB at 5,000) allocated and
+	// cleared for each of them was most of what the garbage collector had
+	// to chase.
+	evs, err := scanEvents(rows, min(limit, 64))
 	if err != nil {
 		return nil, fmt.Errorf("reading events after %v: %w", after, err)
 	}
