@@ -68,9 +68,10 @@ type Config struct {
 	// StallTimeout flags a deployment without stage progress (default 10 min).
 	StallTimeout time.Duration
 	BatchSize    int
-	// Concurrency bounds the commands of a batch issued at once (default 8);
-	// the commands on one deployment's stream go one after another, in the
-	// order of the events that called for them.
+	// Concurrency bounds the commands of a batch issued at once (default 4:
+	// each holds a connection of the pool the projections, the agents' hub
+	// and their heartbeats share); the commands on one deployment's stream
+	// go one after another, in the order of the events that called for them.
 	Concurrency int
 }
 
@@ -101,7 +102,7 @@ func New(cfg Config) (*Reactions, error) {
 		cfg.BatchSize = 500
 	}
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 8
+		cfg.Concurrency = 4
 	}
 	return &Reactions{cfg: cfg, pool: cfg.Store.Pool()}, nil
 }
