@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,11 +67,6 @@ type Config struct {
 	// StallTimeout flags a deployment without stage progress (default 10 min).
 	StallTimeout time.Duration
 	BatchSize    int
-	// Concurrency bounds the commands of a batch issued at once (default 4:
-	// each holds a connection of the pool the projections, the agents' hub
-	// and their heartbeats share); the commands on one deployment's stream
-	// go one after another, in the order of the events that called for them.
-	Concurrency int
 }
 
 // Reactions runs the reactions.
@@ -100,9 +94,6 @@ func New(cfg Config) (*Reactions, error) {
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 500
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 4
 	}
 	return &Reactions{cfg: cfg, pool: cfg.Store.Pool()}, nil
 }
@@ -152,17 +143,8 @@ func actor() command.Context {
 	return command.Context{Actor: domain.System("reactions")}
 }
 
-// toIssue is a command a reaction issues on a deployment's stream.
-type toIssue struct {
-	org, deploymentID string
-	cmd               domain.DeploymentCommand
-	c                 command.Context
-	what              string
-}
-
 func (r *Reactions) handle(ctx context.Context, tx pgx.Tx, events []eventstore.Event) error {
 	var ops []timerOp
-	var cmds []toIssue
 	for _, e := range events {
 		d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
 		if err != nil {
@@ -171,106 +153,59 @@ func (r *Reactions) handle(ctx context.Context, tx pgx.Tx, events []eventstore.E
 			r.cfg.Logger.Error("reactions: skipping an undecodable event", "position", e.Position, "type", e.Type, "err", err)
 			continue
 		}
-		more, issue, err := r.react(ctx, tx, e, d)
+		more, err := r.react(ctx, tx, e, d)
 		if err != nil {
 			return fmt.Errorf("reacting to event %d (%s): %w", e.Position, e.Type, err)
 		}
 		ops = append(ops, more...)
-		cmds = append(cmds, issue...)
-	}
-	if err := r.issue(ctx, cmds); err != nil {
-		return err
 	}
 	return writeTimers(ctx, tx, ops)
 }
 
-// issue runs a batch's commands, several deployments at once: each command
-// waits for a commit of its own, and one after another they made a burst of
-// revisions (a command each) take seconds to react to. Commands on one
-// deployment's stream run in the order of the events that called for them;
-// commands on different streams do not depend on one another.
-func (r *Reactions) issue(ctx context.Context, cmds []toIssue) error {
-	var order []string
-	byStream := map[string][]toIssue{}
-	for _, c := range cmds {
-		if _, ok := byStream[c.deploymentID]; !ok {
-			order = append(order, c.deploymentID)
-		}
-		byStream[c.deploymentID] = append(byStream[c.deploymentID], c)
-	}
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	sem := make(chan struct{}, r.cfg.Concurrency)
-	for _, id := range order {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(list []toIssue) {
-			defer func() { <-sem; wg.Done() }()
-			for _, c := range list {
-				_, err := r.cfg.Commands.Deployment(ctx, c.c, c.org, c.deploymentID, c.cmd)
-				if err := ignoreDecided(err, r.cfg.Logger, c.what); err != nil {
-					// The batch is handled again; what was issued is not
-					// issued twice in effect.
-					mu.Lock()
-					errs = append(errs, fmt.Errorf("%s: %w", c.what, err))
-					mu.Unlock()
-					return
-				}
-			}
-		}(byStream[id])
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// react returns the commands an event calls for and the timer changes.
-func (r *Reactions) react(ctx context.Context, tx pgx.Tx, e eventstore.Event, d domain.Event) ([]timerOp, []toIssue, error) {
+// react issues the commands an event calls for and returns the timer changes.
+func (r *Reactions) react(ctx context.Context, tx pgx.Tx, e eventstore.Event, d domain.Event) ([]timerOp, error) {
 	c := actor()
 	c.RequestID = e.RequestID
 	switch d := d.(type) {
 	case domain.RevisionCompiled:
-		cmds, err := r.deliver(ctx, tx, e, d, c)
-		return nil, cmds, err
+		return nil, r.deliver(ctx, tx, e, d, c)
 	case domain.DeploymentRequested:
 		if d.Supersedes == "" || d.Supersedes == d.DeploymentID {
-			return nil, nil, nil
+			return nil, nil
 		}
-		return nil, []toIssue{{org: e.OrgID, deploymentID: d.Supersedes, cmd: domain.SupersedeDeployment{By: d.DeploymentID}, c: c,
-			what: "superseding deployment " + d.Supersedes}}, nil
+		_, err := r.cfg.Commands.Deployment(ctx, c, e.OrgID, d.Supersedes, domain.SupersedeDeployment{By: d.DeploymentID})
+		return nil, ignoreDecided(err, r.cfg.Logger, "superseding deployment "+d.Supersedes)
 	case domain.DeploymentDelivering:
-		return []timerOp{r.stallTimer(e.OrgID, d.DeploymentID, d.At)}, nil, nil
+		return []timerOp{r.stallTimer(e.OrgID, d.DeploymentID, d.At)}, nil
 	case domain.DeploymentStageReached:
 		ops := []timerOp{r.stallTimer(e.OrgID, d.DeploymentID, d.At)}
 		if d.Stage == domain.StatusStarting {
 			deadline, err := progressDeadline(ctx, tx, d.DeploymentID)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			ops = append(ops, timerOp{key: timerDeadline + ":" + d.DeploymentID, kind: timerDeadline, org: e.OrgID,
 				due: d.At.Add(deadline), payload: timerPayload{DeploymentID: d.DeploymentID}, keep: true})
 		}
-		return ops, nil, nil
+		return ops, nil
 	case domain.DeploymentSucceeded:
-		return clearDeployment(d.DeploymentID), nil, nil
+		return clearDeployment(d.DeploymentID), nil
 	case domain.DeploymentFailed:
-		return clearDeployment(d.DeploymentID), nil, nil
+		return clearDeployment(d.DeploymentID), nil
 	case domain.DeploymentSuperseded:
-		return clearDeployment(d.DeploymentID), nil, nil
+		return clearDeployment(d.DeploymentID), nil
 	case domain.ChangeSetOpened:
 		_, project := domain.StreamID(e.StreamID)
 		return []timerOp{{key: timerApproval + ":" + d.ChangeSetID, kind: timerApproval, org: e.OrgID,
-			due: e.OccurredAt.Add(r.cfg.ApprovalTTL), payload: timerPayload{ProjectID: project, ChangeSetID: d.ChangeSetID}}}, nil, nil
+			due: e.OccurredAt.Add(r.cfg.ApprovalTTL), payload: timerPayload{ProjectID: project, ChangeSetID: d.ChangeSetID}}}, nil
 	case domain.ChangeSetApproved:
-		return []timerOp{{key: timerApproval + ":" + d.ChangeSetID}}, nil, nil
+		return []timerOp{{key: timerApproval + ":" + d.ChangeSetID}}, nil
 	case domain.ChangeSetRejected:
-		return []timerOp{{key: timerApproval + ":" + d.ChangeSetID}}, nil, nil
+		return []timerOp{{key: timerApproval + ":" + d.ChangeSetID}}, nil
 	case domain.ChangeSetExpired:
-		return []timerOp{{key: timerApproval + ":" + d.ChangeSetID}}, nil, nil
+		return []timerOp{{key: timerApproval + ":" + d.ChangeSetID}}, nil
 	}
-	return nil, nil, nil
+	return nil, nil
 }
 
 func (r *Reactions) stallTimer(org, deploymentID string, at time.Time) timerOp {
@@ -282,15 +217,13 @@ func clearDeployment(id string) []timerOp {
 	return []timerOp{{key: timerDeadline + ":" + id}, {key: timerStall + ":" + id}}
 }
 
-// deliver returns the commands that open the stream of each deployment a
-// revision carries.
-func (r *Reactions) deliver(ctx context.Context, tx pgx.Tx, e eventstore.Event, rc domain.RevisionCompiled, c command.Context) ([]toIssue, error) {
+// deliver opens the stream of each deployment a revision carries.
+func (r *Reactions) deliver(ctx context.Context, tx pgx.Tx, e eventstore.Event, rc domain.RevisionCompiled, c command.Context) error {
 	doc, err := desiredstate.Decode(rc.Document)
 	if err != nil {
 		r.cfg.Logger.Error("reactions: a revision's document cannot be read", "environment", rc.EnvironmentID, "revision", rc.Number, "err", err)
-		return nil, nil
+		return nil
 	}
-	var out []toIssue
 	for _, s := range doc.Services {
 		cmd := domain.DeliverDeployment{ProjectID: rc.ProjectID, EnvironmentID: rc.EnvironmentID, ServiceID: s.ID,
 			ClusterID: doc.Environment.ClusterID, Revision: rc.Number}
@@ -303,7 +236,7 @@ func (r *Reactions) deliver(ctx context.Context, tx pgx.Tx, e eventstore.Event, 
 			// cannot roll out, and fails with the reason.
 			depID, cmd.ReleaseID, err = heldDeployment(ctx, tx, rc.EnvironmentID, s.ID)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			cmd.HeldReason = s.HeldReason
 		}
@@ -312,12 +245,15 @@ func (r *Reactions) deliver(ctx context.Context, tx pgx.Tx, e eventstore.Event, 
 		}
 		secs, err := serviceDeadline(ctx, tx, s.ID)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		cmd.ProgressDeadline = time.Duration(secs) * time.Second
-		out = append(out, toIssue{org: e.OrgID, deploymentID: depID, cmd: cmd, c: c, what: "delivering deployment " + depID})
+		_, err = r.cfg.Commands.Deployment(ctx, c, e.OrgID, depID, cmd)
+		if err := ignoreDecided(err, r.cfg.Logger, "delivering deployment "+depID); err != nil {
+			return err
+		}
 	}
-	return out, nil
+	return nil
 }
 
 // heldDeployment returns the latest deployment of a service in an
