@@ -404,12 +404,7 @@ func (p *Project) checkReferences(envID string, v Variable) error {
 		return err
 	}
 	for _, r := range refs {
-		var target *Service
-		for _, id := range sortedKeys(p.Services) {
-			if s := p.Services[id]; !s.Deleted && s.Name == r.Service {
-				target = s
-			}
-		}
+		target := p.liveService(r.Service)
 		if target == nil {
 			return invalidf("variable %s references service %q, which does not exist", v.Name, r.Service)
 		}
@@ -452,6 +447,17 @@ func (p *Project) checkVariableLimits(envID, serviceID string) error {
 	return nil
 }
 
+// liveService returns the service named name that is not deleted (names are
+// unique among those), or nil.
+func (p *Project) liveService(name string) *Service {
+	for _, s := range p.Services {
+		if !s.Deleted && s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
 // checkReferrers refuses a value with references for a variable that
 // another variable references: the reference would become a chain.
 func (p *Project) checkReferrers(envID, serviceID string, v Variable) error {
@@ -469,19 +475,16 @@ func (p *Project) checkReferrers(envID, serviceID string, v Variable) error {
 				continue
 			}
 			for _, r := range refs {
-				if r.Variable != v.Name {
+				svc := p.liveService(r.Service)
+				if r.Variable != v.Name || svc == nil {
 					continue
 				}
-				for _, sid := range sortedKeys(p.Services) {
-					svc := p.Services[sid]
-					if svc.Deleted || svc.Name != r.Service {
-						continue
-					}
-					_, ownValue := p.Variables[envID][svc.ID][v.Name]
-					if svc.ID == serviceID || serviceID == "" && !ownValue {
-						return invalidf("variable %s is referenced by %s, so it cannot contain references itself; references resolve one level deep",
-							v.Name, name)
-					}
+				// An environment-wide value is what the reference resolves
+				// to when the service does not set the name itself.
+				_, ownValue := p.Variables[envID][svc.ID][v.Name]
+				if svc.ID == serviceID || serviceID == "" && !ownValue {
+					return invalidf("variable %s is referenced by %s, so it cannot contain references itself; references resolve one level deep",
+						v.Name, name)
 				}
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 )
 
 // DeploymentAggregate is one deployment's lifecycle: the stages its agent
@@ -249,21 +248,4 @@ func (d *DeploymentAggregate) report(c ReportStage, m Meta) (Decision, error) {
 	}
 	dec.Events = append(dec.Events, DeploymentStageReached{DeploymentID: d.ID, Stage: c.Stage, Ready: c.Ready, Desired: c.Desired, Detail: c.Detail, At: m.Now})
 	return dec, nil
-}
-
-// ValidateText checks a free-text field that reaches an event: valid UTF-8,
-// no NUL or other control characters than tab and newline, at most max bytes.
-func ValidateText(field, s string, max int) error {
-	if len(s) > max {
-		return invalidf("%s is longer than %d bytes", field, max)
-	}
-	if !utf8.ValidString(s) {
-		return invalidf("%s is not valid UTF-8", field)
-	}
-	for _, r := range s {
-		if r < 0x20 && r != '\t' && r != '\n' || r == 0x7f {
-			return invalidf("%s contains a control character", field)
-		}
-	}
-	return nil
 }

@@ -302,12 +302,7 @@ func (p *Project) nameTaken(name string, envs bool) bool {
 		}
 		return false
 	}
-	for _, s := range p.Services {
-		if s.Name == name && !s.Deleted {
-			return true
-		}
-	}
-	return false
+	return p.liveService(name) != nil
 }
 
 func validateProcesses(ps []Process) error {

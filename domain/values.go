@@ -300,3 +300,20 @@ func (s Source) Validate() error {
 	}
 	return nil
 }
+
+// ValidateText checks a free-text field that reaches an event: valid UTF-8,
+// no NUL or other control characters than tab and newline, at most max bytes.
+func ValidateText(field, s string, max int) error {
+	if len(s) > max {
+		return invalidf("%s is longer than %d bytes", field, max)
+	}
+	if !utf8.ValidString(s) {
+		return invalidf("%s is not valid UTF-8", field)
+	}
+	for _, r := range s {
+		if r < 0x20 && r != '\t' && r != '\n' || r == 0x7f {
+			return invalidf("%s contains a control character", field)
+		}
+	}
+	return nil
+}

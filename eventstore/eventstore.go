@@ -128,6 +128,11 @@ type Cursor struct {
 	Position int64
 }
 
+// Before reports whether c comes before d in commit order.
+func (c Cursor) Before(d Cursor) bool {
+	return c.TxID < d.TxID || c.TxID == d.TxID && c.Position < d.Position
+}
+
 // Cursor returns the cursor just at this event.
 func (e Event) Cursor() Cursor { return Cursor{TxID: e.TxID, Position: e.Position} }
 

@@ -60,26 +60,38 @@ func SubscriptionLag(ctx context.Context, q eventstore.Querier, subscription str
 	return lag, nil
 }
 
-// WaitCaughtUp waits until the projections handled every event that was
-// committed when it was called, at most timeout, and no longer than two
-// seconds without progress; it returns the lag then. A lag left after the
-// wait means the projections are stuck (or very slow).
+// WaitCaughtUp waits until the projections handled every event committed
+// when it was called, at most timeout, and no longer than two seconds without
+// progress; it returns the lag then (none when they got there: events
+// committed since do not count). A lag left after the wait means the
+// projections are stuck (or very slow).
 func WaitCaughtUp(ctx context.Context, q eventstore.Querier, timeout time.Duration) (Lag, error) {
-	var head int64
-	if err := q.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&head); err != nil {
+	var head eventstore.Cursor
+	var tx int64
+	err := q.QueryRow(ctx, `SELECT transaction_id::text::bigint, position FROM events ORDER BY transaction_id DESC, position DESC LIMIT 1`).
+		Scan(&tx, &head.Position)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lag{Subscription: SubscriptionName}, nil
+	}
+	if err != nil {
 		return Lag{}, err
 	}
+	head.TxID = uint64(tx)
 	deadline := time.Now().Add(timeout)
-	last, moved := int64(-1), time.Now()
+	var last eventstore.Cursor
+	moved := time.Now()
 	for {
-		_, handled, err := eventstore.Checkpoint(ctx, q, SubscriptionName)
+		cur, _, err := eventstore.Checkpoint(ctx, q, SubscriptionName)
 		if err != nil {
 			return Lag{}, err
 		}
-		if handled != last {
-			last, moved = handled, time.Now()
+		if !cur.Before(head) {
+			return Lag{Subscription: SubscriptionName}, nil
 		}
-		if handled >= head || time.Now().After(deadline) || time.Since(moved) > 2*time.Second {
+		if cur != last {
+			last, moved = cur, time.Now()
+		}
+		if time.Now().After(deadline) || time.Since(moved) > 2*time.Second {
 			return SubscriptionLag(ctx, q, SubscriptionName)
 		}
 		select {

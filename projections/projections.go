@@ -160,7 +160,7 @@ func WaitFor(ctx context.Context, q eventstore.Querier, cursor eventstore.Cursor
 		if err != nil {
 			return err
 		}
-		if cur.TxID > cursor.TxID || (cur.TxID == cursor.TxID && cur.Position >= cursor.Position) {
+		if !cur.Before(cursor) {
 			return nil
 		}
 		select {

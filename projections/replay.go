@@ -216,7 +216,7 @@ func prefetch(ctx context.Context, pool *pgxpool.Pool, upTo eventstore.Cursor, b
 }
 
 func beyond(c, limit eventstore.Cursor) bool {
-	return c.TxID > limit.TxID || (c.TxID == limit.TxID && c.Position > limit.Position)
+	return limit.Before(c)
 }
 
 func primaryKey(ctx context.Context, tx pgx.Tx, table string) ([]string, error) {
