@@ -24,6 +24,8 @@ type Subscription struct {
 	PollInterval time.Duration
 	// Wake, when set, makes the subscription look for events at once.
 	Wake <-chan struct{}
+	// Park decides when an event the handler keeps failing on is parked.
+	Park ParkPolicy
 }
 
 func (s *Subscription) setDefaults() {
@@ -33,6 +35,7 @@ func (s *Subscription) setDefaults() {
 	if s.PollInterval <= 0 {
 		s.PollInterval = time.Second
 	}
+	s.Park.setDefaults()
 }
 
 func lockKey(name string) int64 {
@@ -81,104 +84,203 @@ const pendingQuery = `SELECT true FROM events WHERE (transaction_id, position) >
 // with a nil error when there was nothing to do or another process holds the
 // subscription (its lock is per subscription and per transaction, so only one
 // process handles a subscription at a time: exactly once across replicas).
+// Events of a stream with a parked event are parked behind it, not handled.
 func (s *Store) Step(ctx context.Context, sub Subscription) (int, error) {
-	n, _, err := s.step(ctx, sub)
-	return n, err
+	sub.setDefaults()
+	r, err := s.step(ctx, sub, sub.BatchSize)
+	return r.n, err
 }
 
-// step handles at most one batch and also reports whether events committed
-// after the checkpoint are still behind the commit horizon (an older
-// transaction is open): their wake-up has come and gone, so the caller must
-// look again soon rather than wait for the next one.
-func (s *Store) step(ctx context.Context, sub Subscription) (int, bool, error) {
-	sub.setDefaults()
+// stepped is what one step did: how many events it passed (handled or
+// parked), up to which, and whether events committed after them are still
+// behind the commit horizon (an older transaction is open): their wake-up
+// has come and gone, so the caller must look again soon rather than wait for
+// the next one.
+type stepped struct {
+	n       int
+	last    Cursor
+	pending bool
+}
+
+// step handles at most limit events. A handler's failure is a *handlerError.
+func (s *Store) step(ctx context.Context, sub Subscription, limit int) (stepped, error) {
+	var r stepped
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return 0, false, fmt.Errorf("subscription %s: beginning: %w", sub.Name, err)
+		return r, fmt.Errorf("subscription %s: beginning: %w", sub.Name, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	var locked bool
 	// An advisory lock assigns no transaction id, so this transaction does not
 	// hold back the commit horizon it is about to read behind.
 	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, lockKey(sub.Name)).Scan(&locked); err != nil {
-		return 0, false, fmt.Errorf("subscription %s: locking: %w", sub.Name, err)
+		return r, fmt.Errorf("subscription %s: locking: %w", sub.Name, err)
 	}
 	if !locked {
-		return 0, false, nil
+		return r, nil
 	}
 	cur, _, err := Checkpoint(ctx, tx, sub.Name)
 	if err != nil {
-		return 0, false, err
+		return r, err
 	}
-	events, err := ReadAll(ctx, tx, cur, sub.BatchSize)
+	events, err := ReadAll(ctx, tx, cur, limit)
 	if err != nil {
-		return 0, false, fmt.Errorf("subscription %s: %w", sub.Name, err)
+		return r, fmt.Errorf("subscription %s: %w", sub.Name, err)
 	}
-	var pending bool
-	if len(events) < sub.BatchSize {
+	if len(events) < limit {
 		last := cur
 		if len(events) > 0 {
 			last = events[len(events)-1].Cursor()
 		}
-		err := tx.QueryRow(ctx, pendingQuery, fmt.Sprint(last.TxID), last.Position).Scan(&pending)
+		err := tx.QueryRow(ctx, pendingQuery, fmt.Sprint(last.TxID), last.Position).Scan(&r.pending)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return 0, false, fmt.Errorf("subscription %s: %w", sub.Name, err)
+			return stepped{}, fmt.Errorf("subscription %s: %w", sub.Name, err)
 		}
 		if len(events) == 0 {
-			return 0, pending, nil
+			return r, nil
 		}
 	}
-	if err := sub.Handle(ctx, tx, events); err != nil {
-		return 0, false, fmt.Errorf("subscription %s: handling events %d..%d: %w", sub.Name, events[0].Position, events[len(events)-1].Position, err)
+	handle, err := s.divert(ctx, tx, sub, events)
+	if err != nil {
+		return stepped{}, fmt.Errorf("subscription %s: %w", sub.Name, err)
+	}
+	if len(handle) > 0 {
+		if err := sub.Handle(ctx, tx, handle); err != nil {
+			return stepped{}, fmt.Errorf("subscription %s: %w", sub.Name, &handlerError{events: handle, err: err})
+		}
 	}
 	last := events[len(events)-1].Cursor()
 	tag, err := tx.Exec(ctx, `UPDATE subscription_checkpoints SET transaction_id = $2::text::xid8, position = $3, events = events + $4 WHERE name = $1`,
-		sub.Name, fmt.Sprint(last.TxID), last.Position, len(events))
+		sub.Name, fmt.Sprint(last.TxID), last.Position, len(handle))
 	if err != nil {
-		return 0, false, fmt.Errorf("subscription %s: saving checkpoint: %w", sub.Name, err)
+		return stepped{}, fmt.Errorf("subscription %s: saving checkpoint: %w", sub.Name, err)
 	}
 	if tag.RowsAffected() != 1 {
-		return 0, false, fmt.Errorf("subscription %s: checkpoint row is missing", sub.Name)
+		return stepped{}, fmt.Errorf("subscription %s: checkpoint row is missing", sub.Name)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, false, fmt.Errorf("subscription %s: committing: %w", sub.Name, err)
+		return stepped{}, fmt.Errorf("subscription %s: committing: %w", sub.Name, err)
 	}
-	return len(events), pending, nil
+	r.n, r.last = len(events), last
+	return r, nil
+}
+
+// poison is what Run knows of the events its handler failed on.
+type poison struct {
+	// narrowUntil: events are handled one at a time until the checkpoint
+	// reaches it (the last event of the batch that failed).
+	narrowUntil Cursor
+	// The single event failing now, since when, how often, the next wait.
+	event    *Event
+	first    time.Time
+	attempts int
+	delay    time.Duration
 }
 
 // Run handles batches until ctx ends: at once while full batches come, then
-// whenever Wake fires or PollInterval passes. Errors are logged and retried
-// with backoff; a subscription never stops on a bad batch.
+// whenever Wake fires or PollInterval passes. A subscription never stops:
+// errors of the database are logged and retried with backoff (creating the
+// checkpoint at start too). When the handler fails on a batch, its events
+// are handled one at a time to find the one it fails on; that one is retried
+// as sub.Park says and then parked (logged at ERROR with its position), and
+// every later event of its stream is parked behind it, while the other
+// streams go on. Store.RetryParked handles them again once fixed.
 func (s *Store) Run(ctx context.Context, sub Subscription) error {
 	sub.setDefaults()
-	if err := EnsureCheckpoint(ctx, s.pool, sub.Name); err != nil {
-		return err
-	}
 	backoff := 100 * time.Millisecond
-	wait := 5 * time.Millisecond
 	for {
-		n, pending, err := s.step(ctx, sub)
+		err := EnsureCheckpoint(ctx, s.pool, sub.Name)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.logger.Error("subscription cannot start, retrying", "subscription", sub.Name, "err", err, "retry_in", backoff)
+		if !sub.Park.Sleep(ctx, backoff) {
+			return nil
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+	backoff = 100 * time.Millisecond
+	wait := 5 * time.Millisecond
+	var p poison
+	for {
+		limit := sub.BatchSize
+		if p.narrowUntil != (Cursor{}) {
+			limit = 1
+		}
+		r, err := s.step(ctx, sub, limit)
+		var herr *handlerError
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case errors.As(err, &herr) && !transient(herr.err):
+			if len(herr.events) > 1 {
+				p.narrowUntil = herr.events[len(herr.events)-1].Cursor()
+				s.logger.Error("subscription failed on a batch, handling its events one at a time", "subscription", sub.Name, "err", err)
+				continue
+			}
+			ev := herr.events[0]
+			now := sub.Park.Now()
+			if p.event == nil || p.event.Cursor() != ev.Cursor() {
+				p.event, p.first, p.attempts, p.delay = &ev, now, 0, sub.Park.Window/15
+				if p.narrowUntil == (Cursor{}) {
+					p.narrowUntil = ev.Cursor()
+				}
+			}
+			p.attempts++
+			if p.attempts >= sub.Park.Attempts && now.Sub(p.first) >= sub.Park.Window {
+				parked, perr := s.park(ctx, sub, ev, herr.err, p.attempts)
+				if perr != nil {
+					s.logger.Error("subscription cannot park an event, retrying", "subscription", sub.Name, "position", ev.Position, "err", perr)
+					if !sub.Park.Sleep(ctx, backoff) {
+						return nil
+					}
+					backoff = min(backoff*2, 30*time.Second)
+					continue
+				}
+				if parked {
+					s.logger.Error("event parked: the subscription cannot handle it and goes on without it and without the later events of its stream (nebula audit parked, nebula audit retry)",
+						"subscription", sub.Name, "position", ev.Position, "stream", ev.StreamID, "type", ev.Type, "attempts", p.attempts, "err", herr.err)
+				}
+				p.event = nil
+				if !ev.Cursor().Before(p.narrowUntil) {
+					p = poison{}
+				}
+				continue
+			}
+			s.logger.Error("subscription failed on an event, retrying before parking it", "subscription", sub.Name, "position", ev.Position,
+				"stream", ev.StreamID, "type", ev.Type, "attempt", p.attempts, "of", sub.Park.Attempts, "err", herr.err, "retry_in", p.delay)
+			if !sub.Park.Sleep(ctx, p.delay) {
+				return nil
+			}
+			p.delay = min(p.delay*2, sub.Park.Window)
+			continue
 		case err != nil:
 			s.logger.Error("subscription failed, retrying", "subscription", sub.Name, "err", err, "retry_in", backoff)
-			if !sleep(ctx, backoff) {
+			if !sub.Park.Sleep(ctx, backoff) {
 				return nil
 			}
 			backoff = min(backoff*2, 30*time.Second)
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		if n > 0 {
+		if r.n > 0 && p.narrowUntil != (Cursor{}) && !r.last.Before(p.narrowUntil) {
+			p = poison{}
+		}
+		if r.n > 0 && p.event != nil && !r.last.Before(p.event.Cursor()) {
+			p.event = nil
+		}
+		if r.n > 0 {
 			// The horizon moved: what still waits behind it waits for
 			// another transaction.
 			wait = 5 * time.Millisecond
 		}
-		if n == sub.BatchSize {
+		if r.n == limit {
 			continue
 		}
-		if pending {
+		if r.pending {
 			// Committed events wait behind an older open transaction: look
 			// again soon, less often the longer it stays open, and at once
 			// when another append is announced (its transaction may have
