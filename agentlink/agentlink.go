@@ -14,12 +14,14 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nebulactrl/nebulactrl/agentbin"
 	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/credential"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
@@ -47,11 +49,50 @@ type Config struct {
 	Changed func() <-chan struct{}
 	// Telemetry keeps the agents' reports and logs.
 	Telemetry *telemetry.Store
+	// Binaries are the agent binaries served at /agent/v1/download/<arch>
+	// (default agentbin.Embedded()).
+	Binaries agentbin.Source
 }
 
 // Link implements the hub's callbacks.
 type Link struct {
 	cfg Config
+	hub atomic.Pointer[transport.Hub]
+	// OnUpgradeResult is told of each agent's answer to an agent_upgrade
+	// (set it before the hub serves).
+	OnUpgradeResult func(ctx context.Context, serverID string, r transport.AgentUpgradeResult)
+}
+
+// ErrServerOffline means the server has no live connection to this
+// control-plane replica: an agent_upgrade cannot reach it now.
+var ErrServerOffline = errors.New("the server is offline")
+
+// Attach gives the link the hub its agents are connected to (the hub is
+// made after the link: its callbacks are the link's).
+func (l *Link) Attach(h *transport.Hub) { l.hub.Store(h) }
+
+// SendUpgrade sends an agent_upgrade to a server connected to this replica;
+// ErrServerOffline when it is not. The agent answers with an
+// agent_upgrade_result (OnUpgradeResult) and, after restarting, with its
+// new version in its hello.
+func (l *Link) SendUpgrade(ctx context.Context, serverID string, u transport.AgentUpgrade) error {
+	h := l.hub.Load()
+	if h == nil {
+		return ErrServerOffline
+	}
+	err := h.SendUpgrade(ctx, serverID, u)
+	if errors.Is(err, transport.ErrNotConnected) {
+		return fmt.Errorf("%w: %v", ErrServerOffline, err)
+	}
+	return err
+}
+
+// UpgradeResult hands an agent's agent_upgrade_result to OnUpgradeResult.
+func (l *Link) UpgradeResult(ctx context.Context, p transport.Peer, r transport.AgentUpgradeResult) {
+	r.ID, r.Version, r.Error = truncateUTF8(r.ID, 100), truncateUTF8(r.Version, 64), truncateUTF8(r.Error, 1000)
+	if l.OnUpgradeResult != nil {
+		l.OnUpgradeResult(ctx, p.ServerID, r)
+	}
 }
 
 // New returns a link.
@@ -64,6 +105,9 @@ func New(cfg Config) (*Link, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Binaries == nil {
+		cfg.Binaries = agentbin.Embedded()
 	}
 	if cfg.Changed == nil {
 		never := make(chan struct{})

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/nebulactrl/nebulactrl/agentbin"
 	"github.com/nebulactrl/nebulactrl/agentlink"
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/command"
@@ -52,6 +53,9 @@ type Options struct {
 	// ManagedRestart bounds the restarts of the managed PostgreSQL (tests;
 	// default 5 within 10 minutes, the first after 1 s).
 	ManagedRestart pgcluster.Restart
+	// AgentBinaries are the agent binaries served at /agent/v1/download/
+	// (default: those embedded at build time, agentbin.Embedded()).
+	AgentBinaries agentbin.Source
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
@@ -150,19 +154,21 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	}
 	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHub()
-	link, err := agentlink.New(agentlink.Config{Pool: pool, Commands: cmd, Secrets: sealer, Logger: log, Replica: replica, Now: opts.Now, Changed: waker.Changed, Telemetry: tel})
+	link, err := agentlink.New(agentlink.Config{Pool: pool, Commands: cmd, Secrets: sealer, Logger: log, Replica: replica, Now: opts.Now, Changed: waker.Changed, Telemetry: tel,
+		Binaries: opts.AgentBinaries})
 	if err != nil {
 		return err
 	}
 	hub, err := transport.NewHub(hubCtx, transport.HubConfig{
 		Authenticate: link.Authenticate, Heads: link.Heads, Fetch: link.Fetch,
 		OnHello: link.OnHello, OnHeartbeat: link.OnHeartbeat, OnAck: link.OnAck, OnDisconnect: link.OnDisconnect,
-		OnStatus: link.OnStatus, OnLogs: link.OnLogs, OnStage: link.OnStage,
+		OnStatus: link.OnStatus, OnLogs: link.OnLogs, OnStage: link.OnStage, OnUpgradeResult: link.UpgradeResult,
 		Logger: log,
 	})
 	if err != nil {
 		return err
 	}
+	link.Attach(hub)
 	sched, err := jobs.New(jobs.Config{Pool: pool, Replica: replica, Logger: log,
 		Jobs: append(backgroundJobs(store, pool, tel, opts.JobInterval), jobs.Job{Name: "fire-timers", Interval: time.Second,
 			Run: func(ctx context.Context) error { _, err := react.FireDue(ctx); return err }})})
@@ -203,6 +209,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	mux.Handle("/api/", a.Handler())
 	mux.Handle("GET "+transport.ConnectPath, hub)
 	mux.HandleFunc("POST "+transport.RegisterPath, link.Register)
+	mux.HandleFunc("GET "+transport.DownloadPath+"{file}", link.Download)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)

@@ -56,6 +56,11 @@ type ClientConfig struct {
 	// Outbox carries reports (status, logs) to send while connected; frames
 	// queued while disconnected wait, up to its capacity.
 	Outbox <-chan Report
+	// Upgrade is told of an agent_upgrade; it must return at once (the
+	// upgrade runs on its own) and answers with Client.Send of an
+	// AgentUpgradeResult. Nil: the agent cannot upgrade itself, and
+	// answers so.
+	Upgrade func(u AgentUpgrade)
 }
 
 // Report is a frame the agent sends on its own: a status or a log batch.
@@ -67,6 +72,29 @@ type Report struct {
 // Client keeps the agent connected.
 type Client struct {
 	cfg ClientConfig
+	// cur is the connection that has been welcomed, nil between them.
+	mu  sync.Mutex
+	cur *conn
+}
+
+// ErrOffline means the agent is not connected to the control plane now.
+var ErrOffline = errors.New("not connected to the control plane")
+
+// Send queues a frame on the current connection (ErrOffline when there is
+// none). Frames queued when the agent stops are written before the
+// connection closes.
+func (c *Client) Send(typ string, payload any) error {
+	frame, err := Encode(typ, "", payload)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	cn := c.cur
+	c.mu.Unlock()
+	if cn == nil {
+		return ErrOffline
+	}
+	return cn.send(frame)
 }
 
 // ErrRefused means the control plane refused the credential: retrying with it
@@ -190,6 +218,14 @@ func (c *Client) session(ctx context.Context) (_ bool, err error) {
 		return false, fmt.Errorf("dialing %s: %w", c.wsURL(), err)
 	}
 	cn := newConn(ws, 3*c.cfg.Heartbeat, c.cfg.Heartbeat)
+	defer func() {
+		// What was queued (an upgrade's result before the agent exits)
+		// is written before the session ends.
+		select {
+		case <-cn.finished:
+		case <-time.After(2 * time.Second):
+		}
+	}()
 	defer cn.close(websocket.CloseNormalClosure, "agent stopping")
 	hello, _ := Encode(TypeHello, "", c.cfg.Hello(ctx))
 	if err := cn.send(hello); err != nil {
@@ -215,6 +251,16 @@ func (c *Client) session(ctx context.Context) (_ bool, err error) {
 	if env.Type != TypeWelcome || DecodePayload(env, &welcome) != nil {
 		return false, fmt.Errorf("%w: expected a welcome, got %q", ErrMalformed, env.Type)
 	}
+	c.mu.Lock()
+	c.cur = cn
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		if c.cur == cn {
+			c.cur = nil
+		}
+		c.mu.Unlock()
+	}()
 	if c.cfg.OnConnected != nil {
 		c.cfg.OnConnected(welcome)
 	}
@@ -268,6 +314,18 @@ func (c *Client) session(ctx context.Context) (_ bool, err error) {
 			case <-sctx.Done():
 				return true, sctx.Err()
 			}
+		case TypeAgentUpgrade:
+			var u AgentUpgrade
+			if err := DecodePayload(env, &u); err != nil {
+				cn.close(websocket.ClosePolicyViolation, err.Error())
+				return true, err
+			}
+			if c.cfg.Upgrade == nil {
+				r, _ := Encode(TypeAgentUpgradeResult, "", AgentUpgradeResult{ID: u.ID, Version: u.Version, Error: "this agent cannot upgrade itself"})
+				_ = cn.send(r)
+				continue
+			}
+			c.cfg.Upgrade(u)
 		case TypeError:
 			var em ErrorMessage
 			_ = DecodePayload(env, &em)

@@ -22,10 +22,13 @@ type conn struct {
 	reason      string
 	code        int
 	mu          sync.Mutex
+	// finished is closed when the writer has ended (queued frames written
+	// or given up on).
+	finished chan struct{}
 }
 
 func newConn(ws *websocket.Conn, readTimeout, pingEvery time.Duration) *conn {
-	c := &conn{ws: ws, out: make(chan []byte, 64), done: make(chan struct{}), readTimeout: readTimeout, pingEvery: pingEvery}
+	c := &conn{ws: ws, out: make(chan []byte, 64), done: make(chan struct{}), finished: make(chan struct{}), readTimeout: readTimeout, pingEvery: pingEvery}
 	ws.SetReadLimit(MaxFrame)
 	_ = ws.SetReadDeadline(time.Now().Add(readTimeout))
 	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(readTimeout)) })
@@ -55,6 +58,7 @@ func (c *conn) send(frame []byte) error {
 }
 
 func (c *conn) writer() {
+	defer close(c.finished)
 	ping := time.NewTicker(c.pingEvery)
 	defer ping.Stop()
 	for {

@@ -44,14 +44,16 @@ type HubConfig struct {
 	// Fetch returns one revision, secrets opened, ready to send.
 	Fetch func(ctx context.Context, environmentID string, revision int) (DesiredState, error)
 	// Callbacks; each may be nil.
-	OnHello      func(ctx context.Context, p Peer, h Hello)
-	OnHeartbeat  func(ctx context.Context, p Peer, h Heartbeat)
-	OnAck        func(ctx context.Context, p Peer, a Ack)
-	OnStatus     func(ctx context.Context, p Peer, s Status)
-	OnLogs       func(ctx context.Context, p Peer, l Logs)
-	OnStage      func(ctx context.Context, p Peer, s StageReport)
-	OnDisconnect func(ctx context.Context, p Peer, reason string)
-	Logger       *slog.Logger
+	OnHello     func(ctx context.Context, p Peer, h Hello)
+	OnHeartbeat func(ctx context.Context, p Peer, h Heartbeat)
+	OnAck       func(ctx context.Context, p Peer, a Ack)
+	OnStatus    func(ctx context.Context, p Peer, s Status)
+	OnLogs      func(ctx context.Context, p Peer, l Logs)
+	OnStage     func(ctx context.Context, p Peer, s StageReport)
+	// OnUpgradeResult is told of an agent's answer to an agent_upgrade.
+	OnUpgradeResult func(ctx context.Context, p Peer, r AgentUpgradeResult)
+	OnDisconnect    func(ctx context.Context, p Peer, reason string)
+	Logger          *slog.Logger
 	// ReadTimeout closes a connection that sent nothing (not even a pong) for
 	// this long (default 3 heartbeats).
 	ReadTimeout time.Duration
@@ -320,10 +322,48 @@ func (h *Hub) readLoop(ctx context.Context, ac *agentConn) string {
 			if h.cfg.OnStage != nil {
 				h.cfg.OnStage(ctx, *ac.peer, st)
 			}
+		case TypeAgentUpgradeResult:
+			var r AgentUpgradeResult
+			if err := DecodePayload(env, &r); err != nil {
+				return err.Error()
+			}
+			if h.cfg.OnUpgradeResult != nil {
+				h.cfg.OnUpgradeResult(ctx, *ac.peer, r)
+			}
 		default:
 			return fmt.Sprintf("unknown frame type %q", truncate(env.Type, 40))
 		}
 	}
+}
+
+// ErrNotConnected means the server has no connection to this replica that
+// has said hello.
+var ErrNotConnected = errors.New("the server is not connected to this control plane replica")
+
+// SendUpgrade sends an agent_upgrade to a connected server. The frame holds
+// no secret; the credential is checked again all the same, so a revoked
+// server is told nothing more.
+func (h *Hub) SendUpgrade(ctx context.Context, serverID string, u AgentUpgrade) error {
+	h.mu.Lock()
+	ac := h.conns[serverID]
+	h.mu.Unlock()
+	if ac == nil {
+		return ErrNotConnected
+	}
+	if err := h.recheck(ctx, ac); err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrNotConnected, err)
+	}
+	frame, err := Encode(TypeAgentUpgrade, u.ID, u)
+	if err != nil {
+		return err
+	}
+	if err := ac.c.send(frame); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotConnected, err)
+	}
+	return nil
 }
 
 // errRevoked is a credential that no longer authenticates.

@@ -38,6 +38,10 @@ const MaxFrame = 16 << 20
 const (
 	ConnectPath  = "/agent/v1/connect"
 	RegisterPath = "/agent/v1/register"
+	// DownloadPath is followed by an architecture (amd64, arm64): the agent
+	// binary of the control plane's own version, for the agent's bearer
+	// credential; DownloadPath + arch + ".sha256" is its SHA-256 in hex.
+	DownloadPath = "/agent/v1/download/"
 )
 
 // Message types.
@@ -51,6 +55,12 @@ const (
 	TypeLogs         = "logs"
 	TypeStage        = "stage"
 	TypeError        = "error"
+	// TypeAgentUpgrade (control plane -> agent) asks the agent to replace
+	// itself with another version: payload AgentUpgrade.
+	TypeAgentUpgrade = "agent_upgrade"
+	// TypeAgentUpgradeResult (agent -> control plane) answers it: payload
+	// AgentUpgradeResult.
+	TypeAgentUpgradeResult = "agent_upgrade_result"
 )
 
 // Envelope is one frame.
@@ -69,15 +79,93 @@ type Hello struct {
 	// Applied maps environment id to the revision the cluster has applied.
 	Applied map[string]int `json:"applied"`
 	Facts   Facts          `json:"facts"`
+	// Upgradable says whether the agent can replace its own binary (an
+	// agent_upgrade is worth sending); nil when the agent predates
+	// upgrades (it sends neither field, and would close the connection on
+	// an agent_upgrade frame: the control plane answers
+	// agent_predates_upgrade).
+	Upgradable *bool `json:"upgradable,omitempty"`
+	// CannotUpgrade says why not when Upgradable is false (one of the
+	// CannotUpgrade* reasons, or another sentence).
+	CannotUpgrade string `json:"cannotUpgrade,omitempty"`
 }
+
+// Why an agent cannot upgrade itself (Hello.CannotUpgrade).
+const (
+	CannotUpgradeNotWritable = "binary path not writable"
+	CannotUpgradeArch        = "unknown architecture"
+	CannotUpgradeNoBinary    = "the agent's own binary cannot be found"
+)
 
 // Facts describe the host or pod the agent runs on.
 type Facts struct {
-	Hostname          string          `json:"hostname,omitempty"`
-	OS                string          `json:"os,omitempty"`
-	KubernetesVersion string          `json:"kubernetesVersion,omitempty"`
-	Leader            bool            `json:"leader"`
-	AgentUpgrade      json.RawMessage `json:"agentUpgrade,omitempty"`
+	Hostname          string `json:"hostname,omitempty"`
+	OS                string `json:"os,omitempty"`
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+	Leader            bool   `json:"leader"`
+	// AgentUpgrade is the agent's last upgrade, and a rollback's reason: so
+	// that the control plane learns of one it was not connected for.
+	AgentUpgrade *UpgradeFacts `json:"agentUpgrade,omitempty"`
+}
+
+// States of an agent's last upgrade (UpgradeFacts.State).
+const (
+	// UpgradeSucceeded: the new binary stayed connected through probation.
+	UpgradeSucceeded = "succeeded"
+	// UpgradeRolledBack: the new binary did not stay connected; the
+	// previous one was put back. Reason says why.
+	UpgradeRolledBack = "rolled_back"
+	// UpgradeFailed: the upgrade stopped before the binary was replaced
+	// (download, checksum, --version); nothing changed. Reason says why.
+	UpgradeFailed = "failed"
+	// UpgradeProbation: the new binary runs and has not yet stayed
+	// connected long enough to be kept.
+	UpgradeProbation = "probation"
+)
+
+// UpgradeFacts describe an agent's last upgrade (Facts.AgentUpgrade).
+type UpgradeFacts struct {
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	State  string    `json:"state"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// AgentUpgrade asks the agent to upgrade itself to Version. The agent
+// downloads the binary from the control-plane URL it was started with
+// (DownloadPath + its GOARCH) and requires its SHA-256 (hex) to be SHA256.
+// Force installs a version the agent rolled back in the last 24 hours. It
+// carries no secret.
+type AgentUpgrade struct {
+	ID      string `json:"id"`
+	Version string `json:"version"`
+	SHA256  string `json:"sha256"`
+	Force   bool   `json:"force,omitempty"`
+}
+
+// Steps of the agent's upgrade, in order (AgentUpgradeResult.Step).
+const (
+	UpgradeStepDownload = 1 // download beside the binary, hashing
+	UpgradeStepChecksum = 2 // compare with the command's SHA-256
+	UpgradeStepVersion  = 3 // <new> --version must print the version
+	UpgradeStepKeep     = 4 // <binary>.prev and upgrade.json
+	UpgradeStepReplace  = 5 // one atomic rename
+	UpgradeStepRestart  = 6 // report, wait for running commands, exit
+)
+
+// AgentUpgradeResult answers an AgentUpgrade: OK after step 5 (the binary
+// is replaced; the agent exits to restart when its running commands are
+// done), or the step that failed and why (nothing changed). Step 0 means
+// the upgrade was refused before it started (already running one, the
+// version was rolled back within 24 hours and Force is not set, the agent
+// cannot upgrade itself).
+type AgentUpgradeResult struct {
+	ID      string `json:"id"`
+	Version string `json:"version"`
+	OK      bool   `json:"ok"`
+	Step    int    `json:"step"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Welcome answers a hello.
