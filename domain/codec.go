@@ -80,6 +80,14 @@ var codecs = map[string]eventCodec{
 	"changeset.approved":          {1, decodeV1[ChangeSetApproved]},
 	"changeset.rejected":          {1, decodeV1[ChangeSetRejected]},
 	"revision.compiled":           {1, decodeV1[RevisionCompiled]},
+
+	// Agent upgrades (upgrade.go).
+	"server.agent.upgrade.requested": {1, decodeV1[AgentUpgradeRequested]},
+	"server.agent.upgraded":          {1, decodeV1[AgentUpgraded]},
+	"server.agent.upgrade.failed":    {1, decodeV1[AgentUpgradeFailed]},
+	"agent.rollout.started":          {1, decodeV1[AgentRolloutStarted]},
+	"agent.rollout.halted":           {1, decodeV1[AgentRolloutHalted]},
+	"agent.rollout.completed":        {1, decodeV1[AgentRolloutCompleted]},
 }
 
 // EventTypes lists every known event type.
@@ -130,6 +138,9 @@ type AuditEntry struct {
 
 // Audit describes an event for the audit log.
 func Audit(e Event) AuditEntry {
+	if en, ok := auditUpgrade(e); ok {
+		return en
+	}
 	switch e := e.(type) {
 	case InstanceSettingsUpdated:
 		return AuditEntry{"instance.agent_auto_upgrade.update", "instance", "instance", fmt.Sprintf("agent auto-upgrade %s", onOff(e.AgentAutoUpgrade))}

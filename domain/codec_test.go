@@ -64,6 +64,12 @@ func TestEveryEventRoundTrips(t *testing.T) {
 		domain.ChangeSetApproved{ChangeSetID: "c", ApprovedBy: bob},
 		domain.ChangeSetRejected{ChangeSetID: "c", RejectedBy: bob, Reason: "no"},
 		domain.RevisionCompiled{EnvironmentID: stagingID, ProjectID: projectID, Number: 1, Hash: "sha256:x", Document: json.RawMessage(`{"a":1}`)},
+		domain.AgentUpgradeRequested{ClusterID: clusterID, ServerID: "s", UpgradeID: "u", From: "1.4.0", To: "1.5.0", Arch: "amd64", SHA256: "ab", Force: true, Auto: true, RolloutID: "r", At: now},
+		domain.AgentUpgraded{ClusterID: clusterID, ServerID: "s", UpgradeID: "u", From: "1.4.0", To: "1.5.0", RolloutID: "r", At: now},
+		domain.AgentUpgradeFailed{ClusterID: clusterID, ServerID: "s", UpgradeID: "u", To: "1.5.0", State: domain.UpgradeRolledBack, Step: "verify", Reason: "crash loop", RolloutID: "r", At: now},
+		domain.AgentRolloutStarted{OrgID: orgID, RolloutID: "r", Version: "1.5.0", Servers: []domain.RolloutServer{{ServerID: "s", ClusterID: clusterID, Name: "a"}}, At: now},
+		domain.AgentRolloutHalted{OrgID: orgID, RolloutID: "r", ServerID: "s", Reason: "x", Untouched: 1, At: now},
+		domain.AgentRolloutCompleted{OrgID: orgID, RolloutID: "r", At: now},
 	}
 	seen := map[string]bool{}
 	for _, e := range events {

@@ -136,6 +136,9 @@ type ServerConnected struct {
 	ServerID  string `json:"serverId"`
 	Version   string `json:"version"`
 	Arch      string `json:"arch,omitempty"`
+	// Upgradable is absent for an agent that predates self-upgrades.
+	Upgradable    *bool  `json:"upgradable,omitempty"`
+	CannotUpgrade string `json:"cannotUpgrade,omitempty"`
 }
 
 // ServerDisconnected records an agent's connection ending.

@@ -8,6 +8,8 @@ type Organisation struct {
 	Name    string
 	Exists  bool
 	Members map[string]Role
+	// Rollouts are its staged agent rollouts (upgrade.go).
+	Rollouts AgentRollouts
 }
 
 // NewOrganisation returns the empty state of an organisation stream.
@@ -24,6 +26,8 @@ func (o *Organisation) Apply(e Event) {
 		o.Members[e.UserID] = e.Role
 	case MemberRemoved:
 		delete(o.Members, e.UserID)
+	default:
+		o.Rollouts.Apply(e)
 	}
 }
 
@@ -96,6 +100,8 @@ func (o *Organisation) Decide(cmd OrganisationCommand, m Meta) (Decision, error)
 		return Decision{}, notFoundf("organisation")
 	}
 	switch c := cmd.(type) {
+	case RolloutCommand:
+		return o.Rollouts.Decide(o.ID, c, m)
 	case AddMember:
 		if err := ValidateID("user", c.UserID); err != nil {
 			return Decision{}, err

@@ -5,8 +5,25 @@ package domain
 // (server-<id>), so that agents connecting and disconnecting never contend
 // with people's commands on the cluster's stream. Whether the server may
 // connect at all (registered, not revoked) is checked when it authenticates.
+// The stream also carries the agent's upgrades (upgrade.go).
 type ServerLink struct {
-	Connected bool
+	Connected bool   `json:"connected"`
+	ClusterID string `json:"clusterId,omitempty"`
+	ServerID  string `json:"serverId,omitempty"`
+	// Version, Arch, Upgradable and CannotUpgrade are what the agent said at
+	// its last connect; Upgradable is nil for an agent that predates
+	// self-upgrades (it says nothing about them).
+	Version       string `json:"version,omitempty"`
+	Arch          string `json:"arch,omitempty"`
+	Upgradable    *bool  `json:"upgradable,omitempty"`
+	CannotUpgrade string `json:"cannotUpgrade,omitempty"`
+	// Upgrade is the upgrade in progress.
+	Upgrade *PendingUpgrade `json:"upgrade,omitempty"`
+	// RolledBack is the last version the agent rolled back.
+	RolledBack *RolledBack `json:"rolledBack,omitempty"`
+	// LastReport is the last failure the agent's facts reported, so that
+	// it is learned once.
+	LastReport *UpgradeFacts `json:"lastReport,omitempty"`
 }
 
 // NewServerLink returns the empty state of a server's link stream.
@@ -14,11 +31,15 @@ func NewServerLink() *ServerLink { return &ServerLink{} }
 
 // Apply folds an event into the state.
 func (s *ServerLink) Apply(e Event) {
-	switch e.(type) {
+	switch e := e.(type) {
 	case ServerConnected:
 		s.Connected = true
+		s.ClusterID, s.ServerID, s.Version, s.Arch = e.ClusterID, e.ServerID, e.Version, e.Arch
+		s.Upgradable, s.CannotUpgrade = e.Upgradable, e.CannotUpgrade
 	case ServerDisconnected:
 		s.Connected = false
+	default:
+		s.applyUpgrade(e)
 	}
 }
 
@@ -34,6 +55,12 @@ type RecordConnection struct {
 	Version   string
 	Arch      string
 	Reason    string
+	// Upgradable is the hello's "upgradable" (nil when the agent does not
+	// say: it predates self-upgrades), CannotUpgrade its reason when false.
+	Upgradable    *bool
+	CannotUpgrade string
+	// AgentUpgrade is the hello's facts.agentUpgrade.
+	AgentUpgrade *UpgradeFacts
 }
 
 func (RecordConnection) serverCommand() {}
@@ -51,18 +78,34 @@ func (s *ServerLink) Decide(cmd ServerCommand, m Meta) (Decision, error) {
 		if err := ValidateID("server", c.ServerID); err != nil {
 			return Decision{}, err
 		}
-		for _, f := range []struct{ name, value string }{{"version", c.Version}, {"arch", c.Arch}, {"reason", c.Reason}} {
+		for _, f := range []struct{ name, value string }{{"version", c.Version}, {"arch", c.Arch}, {"reason", c.Reason}, {"cannotUpgrade", c.CannotUpgrade}} {
 			if err := ValidateText(f.name, f.value, 200); err != nil {
 				return Decision{}, err
 			}
 		}
 		if c.Connected {
-			return decided(ServerConnected{ClusterID: c.ClusterID, ServerID: c.ServerID, Version: c.Version, Arch: c.Arch}), nil
+			if f := c.AgentUpgrade; f != nil {
+				for _, x := range []struct{ name, value string }{{"from", f.From}, {"to", f.To}, {"state", f.State}, {"reason", f.Reason}} {
+					if err := ValidateText("agentUpgrade."+x.name, x.value, 1000); err != nil {
+						return Decision{}, err
+					}
+				}
+			}
+			events := []Event{ServerConnected{ClusterID: c.ClusterID, ServerID: c.ServerID, Version: c.Version, Arch: c.Arch,
+				Upgradable: c.Upgradable, CannotUpgrade: c.CannotUpgrade}}
+			events = append(events, s.upgradeOnConnect(c, m)...)
+			return decided(events...), nil
 		}
 		if !s.Connected {
 			return Decision{}, nil
 		}
 		return decided(ServerDisconnected{ClusterID: c.ClusterID, ServerID: c.ServerID, Reason: c.Reason}), nil
+	case RequestUpgrade:
+		return s.decideUpgrade(c, m)
+	case ReportUpgradeResult:
+		return s.decideResult(c, m)
+	case ExpireUpgrade:
+		return s.decideExpiry(c, m)
 	}
 	return Decision{}, invalidf("command %T is not a server command", cmd)
 }

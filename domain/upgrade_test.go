@@ -1,0 +1,194 @@
+package domain_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+)
+
+const (
+	serverID = "00000000-0000-4000-8000-000000000050"
+	upg1     = "00000000-0000-4000-8000-000000000051"
+	upg2     = "00000000-0000-4000-8000-000000000052"
+	roll1    = "00000000-0000-4000-8000-000000000053"
+)
+
+func yes() *bool { b := true; return &b }
+
+// connected is a server link whose agent connected with version v.
+func connected(t *testing.T, v string, upgradable *bool) *domain.ServerLink {
+	t.Helper()
+	s := domain.NewServerLink()
+	decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Connected: true, Version: v, Arch: "amd64", Upgradable: upgradable})
+	return s
+}
+
+func decideServer(t *testing.T, s *domain.ServerLink, at time.Time, c domain.ServerCommand) []domain.Event {
+	t.Helper()
+	m := domain.Meta{Actor: domain.System("test"), CommandID: "c", Now: at}
+	d, err := s.Decide(c, m)
+	require.NoError(t, err, "%T", c)
+	for _, e := range d.Events {
+		s.Apply(e)
+	}
+	return d.Events
+}
+
+func refusal(t *testing.T, s *domain.ServerLink, at time.Time, c domain.ServerCommand) string {
+	t.Helper()
+	_, err := s.Decide(c, domain.Meta{Actor: domain.System("test"), CommandID: "c", Now: at})
+	require.Error(t, err)
+	r, ok := domain.AsUpgradeRefusal(err)
+	require.True(t, ok, "a refusal with a code: %v", err)
+	return r.Code
+}
+
+func TestVersionsOnlyReleasesCompare(t *testing.T) {
+	t.Parallel()
+	c, ok := domain.CompareVersions("1.4.0", "1.5.0")
+	require.True(t, ok)
+	require.Equal(t, -1, c)
+	c, ok = domain.CompareVersions("v1.10.0", "1.9.9")
+	require.True(t, ok)
+	require.Equal(t, 1, c)
+	for _, dev := range []string{"dev", "1.4.0-3-gabc1234", "1.5.0+meta", "", "1.5"} {
+		_, ok := domain.CompareVersions(dev, "1.5.0")
+		require.False(t, ok, dev)
+	}
+}
+
+func TestUpgradeRefusals(t *testing.T) {
+	t.Parallel()
+	req := domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab"}
+	off := connected(t, "1.4.0", yes())
+	decideServer(t, off, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID})
+	require.Equal(t, domain.CodeServerOffline, refusal(t, off, now, req))
+	require.Equal(t, domain.CodeAgentCurrent, refusal(t, connected(t, "1.5.0", yes()), now, req))
+	require.Equal(t, domain.CodeAgentNewer, refusal(t, connected(t, "1.6.0", yes()), now, req))
+	require.Equal(t, domain.CodeAgentPredatesUpgrade, refusal(t, connected(t, "1.4.0", nil), now, req))
+	no := false
+	require.Equal(t, domain.CodeAgentCannotUpgrade, refusal(t, connected(t, "1.4.0", &no), now, req))
+	noBinary := req
+	noBinary.SHA256 = ""
+	require.Equal(t, domain.CodeNoAgentBinary, refusal(t, connected(t, "1.4.0", yes()), now, noBinary))
+	busy := connected(t, "1.4.0", yes())
+	decideServer(t, busy, now, req)
+	again := req
+	again.UpgradeID = upg2
+	require.Equal(t, domain.CodeUpgradeInProgress, refusal(t, busy, now, again))
+	require.Empty(t, decideServer(t, busy, now, req), "the same request again changes nothing")
+}
+
+func TestAutomaticUpgradeOnlyOfAProvablyBehindAgent(t *testing.T) {
+	t.Parallel()
+	auto := domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab", Auto: true}
+	for _, v := range []string{"dev", "1.4.0-3-gabc1234"} {
+		require.Equal(t, domain.CodeAgentCurrent, refusal(t, connected(t, v, yes()), now, auto), v)
+	}
+	require.Equal(t, domain.CodeAgentNewer, refusal(t, connected(t, "1.6.0", yes()), now, auto))
+	ev := decideServer(t, connected(t, "1.4.0", yes()), now, auto)
+	require.Len(t, ev, 1)
+	require.Equal(t, "server.agent.upgrade.auto", domain.Audit(ev[0]).Action)
+	// A person may upgrade a development build.
+	ev = decideServer(t, connected(t, "dev", yes()), now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab"})
+	require.Equal(t, "server.agent.upgrade", domain.Audit(ev[0]).Action)
+}
+
+func TestUpgradeSucceedsWhenTheAgentReturnsWithTheTargetVersion(t *testing.T) {
+	t.Parallel()
+	s := connected(t, "1.4.0", yes())
+	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab", RolloutID: roll1})
+	decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Reason: "restarting"})
+	// The old version connecting again is not success.
+	ev := decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Connected: true, Version: "1.4.0", Upgradable: yes()})
+	require.Len(t, ev, 1)
+	ev = decideServer(t, s, now.Add(time.Minute), domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Connected: true, Version: "1.5.0", Upgradable: yes()})
+	require.Len(t, ev, 2)
+	up, ok := ev[1].(domain.AgentUpgraded)
+	require.True(t, ok)
+	require.Equal(t, domain.AgentUpgraded{ClusterID: clusterID, ServerID: serverID, UpgradeID: upg1, From: "1.4.0", To: "1.5.0", RolloutID: roll1, At: now.Add(time.Minute)}, up)
+	require.Nil(t, s.Upgrade)
+}
+
+func TestUpgradeFailsOnAReportOrATimeout(t *testing.T) {
+	t.Parallel()
+	s := connected(t, "1.4.0", yes())
+	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab"})
+	require.Empty(t, decideServer(t, s, now, domain.ReportUpgradeResult{UpgradeID: upg1, OK: true}))
+	require.Empty(t, decideServer(t, s, now, domain.ReportUpgradeResult{UpgradeID: upg2, Step: "download", Error: "x"}), "another upgrade's report")
+	ev := decideServer(t, s, now, domain.ReportUpgradeResult{UpgradeID: upg1, Step: "verify", Error: "hash mismatch"})
+	require.Len(t, ev, 1)
+	f := ev[0].(domain.AgentUpgradeFailed)
+	require.Equal(t, domain.UpgradeFailed, f.State)
+	require.Equal(t, "server.agent.upgrade.failed", domain.Audit(f).Action)
+	require.Contains(t, f.Message(), "hash mismatch")
+
+	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg2, To: "1.5.0", SHA256: "ab"})
+	require.Empty(t, decideServer(t, s, now.Add(9*time.Minute), domain.ExpireUpgrade{UpgradeID: upg2, Timeout: 10 * time.Minute}), "not due yet")
+	ev = decideServer(t, s, now.Add(10*time.Minute), domain.ExpireUpgrade{UpgradeID: upg2, Timeout: 10 * time.Minute})
+	require.Equal(t, domain.UpgradeTimedOut, ev[0].(domain.AgentUpgradeFailed).State)
+	require.Nil(t, s.Upgrade)
+}
+
+func TestARollbackIsLearnedFromTheFactsAndHeldFor24Hours(t *testing.T) {
+	t.Parallel()
+	s := connected(t, "1.4.0", yes())
+	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab"})
+	// The upgrade times out first: the control plane was not told.
+	decideServer(t, s, now.Add(11*time.Minute), domain.ExpireUpgrade{UpgradeID: upg1, Timeout: 10 * time.Minute})
+	facts := &domain.UpgradeFacts{From: "1.4.0", To: "1.5.0", State: domain.UpgradeRolledBack, Reason: "crash loop: 3 starts without staying connected", At: now.Add(8 * time.Minute)}
+	connect := domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Connected: true, Version: "1.4.0", Upgradable: yes(), AgentUpgrade: facts}
+	ev := decideServer(t, s, now.Add(12*time.Minute), connect)
+	require.Len(t, ev, 2)
+	f := ev[1].(domain.AgentUpgradeFailed)
+	require.Equal(t, "The agent rolled the upgrade back: crash loop: 3 starts without staying connected", f.Message())
+	require.Len(t, decideServer(t, s, now.Add(13*time.Minute), connect), 1, "learned once")
+
+	req := domain.RequestUpgrade{UpgradeID: upg2, To: "1.5.0", SHA256: "ab"}
+	require.Equal(t, domain.CodeRolledBackRecently, refusal(t, s, now.Add(23*time.Hour), req))
+	auto := req
+	auto.Auto = true
+	require.Equal(t, domain.CodeRolledBackRecently, refusal(t, s, now.Add(23*time.Hour), auto))
+	forced := req
+	forced.Force = true
+	_, err := s.Decide(forced, domain.Meta{Actor: domain.System("test"), CommandID: "c", Now: now.Add(time.Hour)})
+	require.NoError(t, err, "force installs it anyway")
+	_, err = s.Decide(auto, domain.Meta{Actor: domain.System("test"), CommandID: "c", Now: now.Add(8*time.Minute + 24*time.Hour)})
+	require.NoError(t, err, "after 24 h it is installed again")
+}
+
+func TestRolloutOnTheOrganisationStream(t *testing.T) {
+	t.Parallel()
+	o := domain.NewOrganisation()
+	m := meta(alice, "c")
+	d, err := o.Decide(domain.CreateOrganisation{OrgID: orgID, Name: "acme", Owner: alice}, m)
+	require.NoError(t, err)
+	for _, e := range d.Events {
+		o.Apply(e)
+	}
+	_, err = o.Decide(domain.StartRollout{RolloutID: roll1, Version: "1.5.0"}, m)
+	r, ok := domain.AsUpgradeRefusal(err)
+	require.True(t, ok)
+	require.Equal(t, domain.CodeNothingToUpgrade, r.Code)
+	servers := []domain.RolloutServer{{ServerID: serverID, ClusterID: clusterID, Name: "a"}, {ServerID: upg1, ClusterID: clusterID, Name: "b"}, {ServerID: upg2, ClusterID: clusterID, Name: "c"}}
+	d, err = o.Decide(domain.StartRollout{RolloutID: roll1, Version: "1.5.0", Servers: servers}, m)
+	require.NoError(t, err)
+	require.Equal(t, "server.agent.upgrade.rollout", domain.Audit(d.Events[0]).Action)
+	o.Apply(d.Events[0])
+	_, err = o.Decide(domain.StartRollout{RolloutID: upg1, Version: "1.5.0", Servers: servers}, m)
+	r, _ = domain.AsUpgradeRefusal(err)
+	require.Equal(t, domain.CodeUpgradeInProgress, r.Code)
+	d, err = o.Decide(domain.HaltRollout{RolloutID: roll1, ServerID: upg1, Reason: "hash mismatch"}, m)
+	require.NoError(t, err)
+	h := d.Events[0].(domain.AgentRolloutHalted)
+	require.Equal(t, 1, h.Untouched)
+	require.Equal(t, "server.agent.upgrade.halted", domain.Audit(h).Action)
+	o.Apply(h)
+	require.Nil(t, o.Rollouts.Active)
+	d, err = o.Decide(domain.HaltRollout{RolloutID: roll1, ServerID: upg1}, m)
+	require.NoError(t, err)
+	require.Empty(t, d.Events, "a halted rollout halts once")
+}
