@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/Masterminds/semver/v3"
+	"github.com/nebulactrl/nebulactrl/version"
 )
 
 // Agent upgrades: the control plane asks a connected agent to replace its
@@ -72,31 +72,6 @@ func AsUpgradeRefusal(err error) (*UpgradeRefusal, bool) {
 	var r *UpgradeRefusal
 	ok := errors.As(err, &r)
 	return r, ok
-}
-
-// ReleaseVersion parses a release version ("1.5.0" or "v1.5.0"); a
-// development build ("dev", "1.4.0-3-gabc1234", anything with a pre-release
-// or build part) is not one.
-func ReleaseVersion(v string) (*semver.Version, bool) {
-	sv, err := semver.StrictNewVersion(strings.TrimPrefix(v, "v"))
-	if err != nil || sv.Prerelease() != "" || sv.Metadata() != "" {
-		return nil, false
-	}
-	return sv, true
-}
-
-// CompareVersions compares two release versions: -1, 0 or 1, and false when
-// either is not a release version (then they are not comparable).
-func CompareVersions(a, b string) (int, bool) {
-	va, ok := ReleaseVersion(a)
-	if !ok {
-		return 0, false
-	}
-	vb, ok := ReleaseVersion(b)
-	if !ok {
-		return 0, false
-	}
-	return va.Compare(vb), true
 }
 
 // UpgradeFacts is the agent's own account of its last upgrade, which it
@@ -273,12 +248,12 @@ func or0(s, fallback string) string {
 // Commands of a server's stream.
 
 // RequestUpgrade asks a connected agent to upgrade itself to To, the control
-// plane's version, whose binary for the agent's architecture has SHA256
-// (empty when the control plane carries no binary for it).
+// plane's version. Binaries maps each architecture the control plane
+// carries an agent binary for to its SHA-256 (hex).
 type RequestUpgrade struct {
 	UpgradeID string
 	To        string
-	SHA256    string
+	Binaries  map[string]string
 	Force     bool
 	Auto      bool
 	RolloutID string
@@ -305,9 +280,11 @@ func (ReportUpgradeResult) serverCommand() {}
 func (ExpireUpgrade) serverCommand()       {}
 
 // Eligible says whether an upgrade of this agent to version to could be
-// asked for now, and why not (a refusal with its code). Automatic and staged
-// upgrades only take agents that are provably behind (behind true).
-func (s *ServerLink) Eligible(to, sha string, force bool, now time.Time) (behind bool, err error) {
+// asked for now, and why not (a refusal with its code). binaries maps
+// architecture to the SHA-256 of the binary the control plane serves.
+// Automatic and staged upgrades only take agents that are provably behind
+// (behind true).
+func (s *ServerLink) Eligible(to string, binaries map[string]string, force bool, now time.Time) (behind bool, err error) {
 	switch {
 	case !s.Connected:
 		return false, refuseConflict(CodeServerOffline, "the server's agent is not connected")
@@ -316,7 +293,7 @@ func (s *ServerLink) Eligible(to, sha string, force bool, now time.Time) (behind
 	case s.Version == to:
 		return false, refuseConflict(CodeAgentCurrent, "the agent already runs %s, the control plane's version", to)
 	}
-	c, comparable := CompareVersions(s.Version, to)
+	c, comparable := version.Compare(s.Version, to)
 	if comparable && c > 0 {
 		return false, refuseConflict(CodeAgentNewer, "the agent (%s) is newer than the control plane (%s)", s.Version, to)
 	}
@@ -325,7 +302,7 @@ func (s *ServerLink) Eligible(to, sha string, force bool, now time.Time) (behind
 		return false, refuseInvalid(CodeAgentPredatesUpgrade, "the agent (%s) predates self-upgrades: install the new version by hand once", or0(s.Version, "unknown version"))
 	case !*s.Upgradable:
 		return false, refuseInvalid(CodeAgentCannotUpgrade, "the agent cannot upgrade itself: %s", or0(s.CannotUpgrade, "no reason given"))
-	case sha == "":
+	case binaries[s.Arch] == "":
 		return false, refuseInvalid(CodeNoAgentBinary, "the control plane carries no agent binary for %s (a build without embedded agents)", or0(s.Arch, "an unknown architecture"))
 	}
 	if !force && s.RolledBack != nil && s.RolledBack.Version == to && now.Before(s.RolledBack.At.Add(RolledBackHold)) {
@@ -353,7 +330,7 @@ func (s *ServerLink) decideUpgrade(c RequestUpgrade, m Meta) (Decision, error) {
 	if s.Upgrade != nil && s.Upgrade.UpgradeID == c.UpgradeID {
 		return Decision{}, nil // the same request again
 	}
-	behind, err := s.Eligible(c.To, c.SHA256, c.Force, m.Now)
+	behind, err := s.Eligible(c.To, c.Binaries, c.Force, m.Now)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -362,7 +339,7 @@ func (s *ServerLink) decideUpgrade(c RequestUpgrade, m Meta) (Decision, error) {
 		return Decision{}, refuseConflict(CodeAgentCurrent, "the agent (%s) is not provably behind %s", s.Version, c.To)
 	}
 	return decided(AgentUpgradeRequested{ClusterID: s.ClusterID, ServerID: s.ServerID, UpgradeID: c.UpgradeID, From: s.Version, To: c.To,
-		Arch: s.Arch, SHA256: c.SHA256, Force: c.Force, Auto: c.Auto, RolloutID: c.RolloutID, At: m.Now}), nil
+		Arch: s.Arch, SHA256: c.Binaries[s.Arch], Force: c.Force, Auto: c.Auto, RolloutID: c.RolloutID, At: m.Now}), nil
 }
 
 func (s *ServerLink) decideResult(c ReportUpgradeResult, m Meta) (Decision, error) {

@@ -16,6 +16,8 @@ const (
 	roll1    = "00000000-0000-4000-8000-000000000053"
 )
 
+var bins = map[string]string{"amd64": "ab", "arm64": "cd"}
+
 func yes() *bool { b := true; return &b }
 
 // connected is a server link whose agent connected with version v.
@@ -46,23 +48,9 @@ func refusal(t *testing.T, s *domain.ServerLink, at time.Time, c domain.ServerCo
 	return r.Code
 }
 
-func TestVersionsOnlyReleasesCompare(t *testing.T) {
-	t.Parallel()
-	c, ok := domain.CompareVersions("1.4.0", "1.5.0")
-	require.True(t, ok)
-	require.Equal(t, -1, c)
-	c, ok = domain.CompareVersions("v1.10.0", "1.9.9")
-	require.True(t, ok)
-	require.Equal(t, 1, c)
-	for _, dev := range []string{"dev", "1.4.0-3-gabc1234", "1.5.0+meta", "", "1.5"} {
-		_, ok := domain.CompareVersions(dev, "1.5.0")
-		require.False(t, ok, dev)
-	}
-}
-
 func TestUpgradeRefusals(t *testing.T) {
 	t.Parallel()
-	req := domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab"}
+	req := domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins}
 	off := connected(t, "1.4.0", yes())
 	decideServer(t, off, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID})
 	require.Equal(t, domain.CodeServerOffline, refusal(t, off, now, req))
@@ -72,7 +60,7 @@ func TestUpgradeRefusals(t *testing.T) {
 	no := false
 	require.Equal(t, domain.CodeAgentCannotUpgrade, refusal(t, connected(t, "1.4.0", &no), now, req))
 	noBinary := req
-	noBinary.SHA256 = ""
+	noBinary.Binaries = map[string]string{"arm64": "cd"}
 	require.Equal(t, domain.CodeNoAgentBinary, refusal(t, connected(t, "1.4.0", yes()), now, noBinary))
 	busy := connected(t, "1.4.0", yes())
 	decideServer(t, busy, now, req)
@@ -84,7 +72,7 @@ func TestUpgradeRefusals(t *testing.T) {
 
 func TestAutomaticUpgradeOnlyOfAProvablyBehindAgent(t *testing.T) {
 	t.Parallel()
-	auto := domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab", Auto: true}
+	auto := domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins, Auto: true}
 	for _, v := range []string{"dev", "1.4.0-3-gabc1234"} {
 		require.Equal(t, domain.CodeAgentCurrent, refusal(t, connected(t, v, yes()), now, auto), v)
 	}
@@ -93,14 +81,14 @@ func TestAutomaticUpgradeOnlyOfAProvablyBehindAgent(t *testing.T) {
 	require.Len(t, ev, 1)
 	require.Equal(t, "server.agent.upgrade.auto", domain.Audit(ev[0]).Action)
 	// A person may upgrade a development build.
-	ev = decideServer(t, connected(t, "dev", yes()), now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab"})
+	ev = decideServer(t, connected(t, "dev", yes()), now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins})
 	require.Equal(t, "server.agent.upgrade", domain.Audit(ev[0]).Action)
 }
 
 func TestUpgradeSucceedsWhenTheAgentReturnsWithTheTargetVersion(t *testing.T) {
 	t.Parallel()
 	s := connected(t, "1.4.0", yes())
-	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab", RolloutID: roll1})
+	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins, RolloutID: roll1})
 	decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Reason: "restarting"})
 	// The old version connecting again is not success.
 	ev := decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Connected: true, Version: "1.4.0", Upgradable: yes()})
@@ -116,7 +104,7 @@ func TestUpgradeSucceedsWhenTheAgentReturnsWithTheTargetVersion(t *testing.T) {
 func TestUpgradeFailsOnAReportOrATimeout(t *testing.T) {
 	t.Parallel()
 	s := connected(t, "1.4.0", yes())
-	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab"})
+	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins})
 	require.Empty(t, decideServer(t, s, now, domain.ReportUpgradeResult{UpgradeID: upg1, OK: true}))
 	require.Empty(t, decideServer(t, s, now, domain.ReportUpgradeResult{UpgradeID: upg2, Step: "download", Error: "x"}), "another upgrade's report")
 	ev := decideServer(t, s, now, domain.ReportUpgradeResult{UpgradeID: upg1, Step: "verify", Error: "hash mismatch"})
@@ -126,7 +114,7 @@ func TestUpgradeFailsOnAReportOrATimeout(t *testing.T) {
 	require.Equal(t, "server.agent.upgrade.failed", domain.Audit(f).Action)
 	require.Contains(t, f.Message(), "hash mismatch")
 
-	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg2, To: "1.5.0", SHA256: "ab"})
+	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg2, To: "1.5.0", Binaries: bins})
 	require.Empty(t, decideServer(t, s, now.Add(9*time.Minute), domain.ExpireUpgrade{UpgradeID: upg2, Timeout: 10 * time.Minute}), "not due yet")
 	ev = decideServer(t, s, now.Add(10*time.Minute), domain.ExpireUpgrade{UpgradeID: upg2, Timeout: 10 * time.Minute})
 	require.Equal(t, domain.UpgradeTimedOut, ev[0].(domain.AgentUpgradeFailed).State)
@@ -136,18 +124,18 @@ func TestUpgradeFailsOnAReportOrATimeout(t *testing.T) {
 func TestARollbackIsLearnedFromTheFactsAndHeldFor24Hours(t *testing.T) {
 	t.Parallel()
 	s := connected(t, "1.4.0", yes())
-	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", SHA256: "ab"})
+	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins})
 	// The upgrade times out first: the control plane was not told.
 	decideServer(t, s, now.Add(11*time.Minute), domain.ExpireUpgrade{UpgradeID: upg1, Timeout: 10 * time.Minute})
 	facts := &domain.UpgradeFacts{From: "1.4.0", To: "1.5.0", State: domain.UpgradeRolledBack, Reason: "crash loop: 3 starts without staying connected", At: now.Add(8 * time.Minute)}
-	connect := domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Connected: true, Version: "1.4.0", Upgradable: yes(), AgentUpgrade: facts}
+	connect := domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Connected: true, Version: "1.4.0", Arch: "amd64", Upgradable: yes(), AgentUpgrade: facts}
 	ev := decideServer(t, s, now.Add(12*time.Minute), connect)
 	require.Len(t, ev, 2)
 	f := ev[1].(domain.AgentUpgradeFailed)
 	require.Equal(t, "The agent rolled the upgrade back: crash loop: 3 starts without staying connected", f.Message())
 	require.Len(t, decideServer(t, s, now.Add(13*time.Minute), connect), 1, "learned once")
 
-	req := domain.RequestUpgrade{UpgradeID: upg2, To: "1.5.0", SHA256: "ab"}
+	req := domain.RequestUpgrade{UpgradeID: upg2, To: "1.5.0", Binaries: bins}
 	require.Equal(t, domain.CodeRolledBackRecently, refusal(t, s, now.Add(23*time.Hour), req))
 	auto := req
 	auto.Auto = true
