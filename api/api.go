@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nebulactrl/nebulactrl/backup"
 	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
@@ -59,6 +60,9 @@ type Config struct {
 	ConsistencyTimeout time.Duration
 	// Telemetry reads the agents' reports and logs.
 	Telemetry *telemetry.Store
+	// Backup is where control-plane backups go (nebula backup list|create);
+	// without a destination those routes answer 503.
+	Backup backup.Config
 }
 
 // Validate joins every problem with the configuration.

@@ -53,6 +53,10 @@ func (a *API) routeTable() []route {
 		{method: "GET", path: "/api/v1/instance/settings", tag: "instance", summary: "Instance settings", scope: admin, response: query.InstanceSettings{}, status: ok, handle: a.getSettings},
 		{method: "PATCH", path: "/api/v1/instance/settings", tag: "instance", summary: "Change instance settings (agent auto-upgrade)", scope: admin,
 			request: SettingsRequest{}, response: query.InstanceSettings{}, status: ok, handle: a.updateSettings},
+		{method: "GET", path: "/api/v1/instance/backups", tag: "instance", summary: "Control-plane backups in the destination, newest first (instance administrator)", scope: admin,
+			response: []Backup{}, status: ok, handle: a.listBackups},
+		{method: "POST", path: "/api/v1/instance/backups", tag: "instance", summary: "Take a control-plane backup now (pg_dump and manifest; instance administrator)", scope: admin,
+			response: Backup{}, status: created, handle: a.createBackup},
 		{method: "GET", path: "/api/v1/audit", tag: "audit", summary: "The whole audit log (instance administrator)", scope: admin, response: AuditPage{}, status: ok,
 			query: auditParams(), handle: a.audit},
 

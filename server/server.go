@@ -24,6 +24,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/agentbin"
 	"github.com/nebulactrl/nebulactrl/agentlink"
 	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/backup"
 	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/config"
 	"github.com/nebulactrl/nebulactrl/database"
@@ -105,6 +106,16 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	defer pool.Close()
+	// Before a new version migrates the schema, back the database up (or
+	// reuse the installer's backup); a failed backup stops the start.
+	backupDir, err := backup.Destination(cfg)
+	if err != nil {
+		return err
+	}
+	backupCfg := backup.Config{DatabaseURL: url, Dir: backupDir, Version: opts.Version, Now: opts.Now, Logger: log}
+	if _, err := backup.BeforeMigrate(ctx, pool, backupCfg, 0); err != nil {
+		return err
+	}
 	if err := database.Migrate(ctx, pool, log); err != nil {
 		return err
 	}
@@ -148,6 +159,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		Registry:  registry,
 		Now:       opts.Now,
 		Telemetry: tel,
+		Backup:    backupCfg,
 	})
 	if err != nil {
 		return err
