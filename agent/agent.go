@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
+	"github.com/nebulactrl/nebulactrl/agent/selfupdate"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -60,7 +61,14 @@ type Config struct {
 	// (an agent whose rights are cluster wide already, such as on a host).
 	Binding *reconcile.Binding
 	Logger  *slog.Logger
+	// Updater upgrades the agent on the control plane's agent_upgrade and
+	// keeps a new binary's probation; nil: this agent cannot upgrade
+	// itself (its hello says so).
+	Updater *selfupdate.Updater
 }
+
+// cannotUpgradeHere is the hello's reason for an agent without an updater.
+const cannotUpgradeHere = "this agent runs without self-upgrade"
 
 // Agent runs the link and the reconciler.
 type Agent struct {
@@ -87,6 +95,10 @@ type Agent struct {
 
 	outbox  chan transport.Report
 	dropped atomic.Int64
+
+	// client and runCtx are the link and the context of Run, for upgrades.
+	client atomic.Pointer[transport.Client]
+	runCtx atomic.Pointer[context.Context]
 }
 
 // New returns an agent.
@@ -133,9 +145,23 @@ func New(cfg Config) (*Agent, error) {
 	onConnected := cfg.Link.OnConnected
 	cfg.Link.OnConnected = func(w transport.Welcome) {
 		a.onConnected()
+		if cfg.Updater != nil {
+			cfg.Updater.Connected()
+		}
 		if onConnected != nil {
 			onConnected(w)
 		}
+	}
+	if up := cfg.Updater; up != nil {
+		onDisconnected := cfg.Link.OnDisconnected
+		cfg.Link.OnDisconnected = func(err error) {
+			up.Disconnected()
+			if onDisconnected != nil {
+				onDisconnected(err)
+			}
+		}
+		up.SetBusy(a.busy)
+		cfg.Link.Upgrade = a.upgrade
 	}
 	a.cfg = cfg
 	return a, nil
@@ -152,7 +178,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	a.client.Store(client)
+	a.runCtx.Store(&ctx)
 	var wg sync.WaitGroup
+	if a.cfg.Updater != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.cfg.Updater.Run(ctx) }()
+	}
 	if a.cfg.LeaseName == "" {
 		a.leader.Store(true)
 	} else {
@@ -236,7 +268,39 @@ func (a *Agent) hello(ctx context.Context) transport.Hello {
 	if v, err := a.cfg.Client.Discovery().ServerVersion(); err == nil {
 		facts.KubernetesVersion = v.GitVersion
 	}
-	return transport.Hello{Protocol: transport.ProtocolVersion, Version: a.cfg.Version, Arch: runtime.GOARCH, Applied: applied, Facts: facts}
+	hello := transport.Hello{Protocol: transport.ProtocolVersion, Version: a.cfg.Version, Arch: runtime.GOARCH, Applied: applied, Facts: facts}
+	can, why := false, cannotUpgradeHere
+	if a.cfg.Updater != nil {
+		can, why = a.cfg.Updater.Can()
+		hello.Facts.AgentUpgrade = a.cfg.Updater.Facts()
+	}
+	hello.Upgradable, hello.CannotUpgrade = &can, why
+	return hello
+}
+
+// upgrade starts an agent_upgrade on its own goroutine: the updater
+// reports on the link and, after a success, stops the agent once its
+// running work is done.
+func (a *Agent) upgrade(u transport.AgentUpgrade) {
+	ctxp, client := a.runCtx.Load(), a.client.Load()
+	if ctxp == nil || client == nil {
+		return
+	}
+	go a.cfg.Updater.Upgrade(*ctxp, u, func(r transport.AgentUpgradeResult) {
+		if err := client.Send(transport.TypeAgentUpgradeResult, r); err != nil {
+			// The control plane learns the outcome from the next hello
+			// (facts.agentUpgrade, the version).
+			a.cfg.Logger.Warn("reporting an upgrade's result", "err", err)
+		}
+	})
+}
+
+// busy reports whether the agent has work running: a desired state being
+// applied, or a rollout under way that the progress loop carries on.
+func (a *Agent) busy() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.applying) > 0 || len(a.due) > 0
 }
 
 // apply reconciles a desired state when leading; a standby keeps it and

@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/agent"
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
+	"github.com/nebulactrl/nebulactrl/agent/selfupdate"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -35,6 +38,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
+	if errors.Is(err, selfupdate.ErrRestart) {
+		// Upgraded or rolled back: the supervisor (systemd Restart=always,
+		// the container's restart policy) starts the binary at the path.
+		fmt.Fprintln(os.Stderr, "nebulactrl-agent: exiting to restart with the binary now in place")
+		os.Exit(0)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nebulactrl-agent:", err)
 		os.Exit(1)
@@ -62,7 +71,7 @@ Example (in a cluster, as the install manifest runs it):
 			&cli.StringFlag{Name: "name", Usage: "this server's stable name (default: the pod or host name)", EnvVars: []string{"NEBULACTRL_SERVER_NAME", "POD_NAME"}},
 			&cli.StringFlag{Name: "namespace", Usage: "the agent's own namespace", Value: "nebula-system", EnvVars: []string{"POD_NAMESPACE"}},
 			&cli.StringFlag{Name: "credential-secret", Usage: "keep the credential in this Secret of --namespace (in-cluster)", EnvVars: []string{"NEBULACTRL_CREDENTIAL_SECRET"}},
-			&cli.StringFlag{Name: "state-dir", Usage: "keep the credential in this directory (on a host)", Value: "/var/lib/nebulactrl-agent", EnvVars: []string{"NEBULACTRL_STATE_DIR"}},
+			&cli.StringFlag{Name: "state-dir", Usage: "keep the credential (on a host) and the last self-upgrade's record, upgrade.json, in this directory", Value: "/var/lib/nebulactrl-agent", EnvVars: []string{"NEBULACTRL_STATE_DIR"}},
 			&cli.StringFlag{Name: "ca-bundle", Usage: "also trust the CAs in this PEM file (besides the system roots)", EnvVars: []string{"NEBULACTRL_CA_BUNDLE"}},
 			&cli.BoolFlag{Name: "insecure-plain-http", Usage: "allow an http:// URL to a loopback host (development)"},
 			&cli.BoolFlag{Name: "insecure-plain-http-remote", Usage: "allow an http:// URL to any host: the join token, the credential and every secret cross the network in clear"},
@@ -164,13 +173,51 @@ func serve(c *cli.Context) error {
 			return err
 		}
 	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.String("log-level")))
+	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f := c.String("ca-bundle"); f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("reading the CA bundle: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("the CA bundle %s holds no PEM certificate", f)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	// First of all, a new binary on probation counts its start and rolls
+	// back after too many (a crash loop); a rollback decided before a kill
+	// is completed.
+	ctx, cancel := context.WithCancelCause(c.Context)
+	defer cancel(nil)
+	updater, err := selfupdate.New(selfupdate.Config{
+		StateDir: c.String("state-dir"), URL: c.String("url"), Version: version, Arch: runtime.GOARCH, Logger: log,
+		HTTP: &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, Proxy: http.ProxyFromEnvironment}},
+		Exit: func(reason string) {
+			log.Info("stopping to restart", "reason", reason)
+			cancel(selfupdate.ErrRestart)
+			// A shutdown that hangs must not keep the old binary running.
+			time.AfterFunc(time.Minute, func() { os.Exit(0) })
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := updater.Start(); errors.Is(err, selfupdate.ErrRestart) {
+		return err
+	} else if err != nil {
+		log.Error("the upgrade's probation", "err", err)
+	}
 	health := newHealthFile(c.String("health-file"))
 	if err := health.write(false, false); err != nil {
 		return err
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.String("log-level")))
-	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
 	restCfg, err := kubeConfig(c.String("kubeconfig"))
 	if err != nil {
 		return err
@@ -186,21 +233,6 @@ func serve(c *cli.Context) error {
 	name := c.String("name")
 	if name == "" {
 		name, _ = os.Hostname()
-	}
-	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if f := c.String("ca-bundle"); f != "" {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("reading the CA bundle: %w", err)
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("the CA bundle %s holds no PEM certificate", f)
-		}
-		tlsCfg.RootCAs = pool
 	}
 	var store agent.CredentialStore = agent.FileStore{Path: filepath.Join(c.String("state-dir"), "credential")}
 	if s := c.String("credential-secret"); s != "" {
@@ -236,6 +268,7 @@ func serve(c *cli.Context) error {
 		log.Info("registered with the control plane", "server_id", reg.ServerID, "name", name)
 		cred = reg.Credential
 	}
+	updater.SetCredential(cred)
 	a, err := agent.New(agent.Config{
 		Link: transport.ClientConfig{URL: c.String("url"), Credential: cred, TLS: tlsCfg, AllowPlain: plain, AllowPlainRemote: plainRemote, Logger: log,
 			OnConnected: func(transport.Welcome) { health.connected.Store(true) }, OnDisconnected: func(error) { health.connected.Store(false) }},
@@ -246,14 +279,17 @@ func serve(c *cli.Context) error {
 		RetireGrace: c.Duration("retire-grace"),
 		Binding:     binding,
 		Logger:      log,
+		Updater:     updater,
 	})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(c.Context)
-	defer cancel()
 	go health.keep(ctx, a.Leader, log)
-	return a.Run(ctx)
+	err = a.Run(ctx)
+	if cause := context.Cause(ctx); errors.Is(cause, selfupdate.ErrRestart) {
+		return cause
+	}
+	return err
 }
 
 func trim(s string) string {
