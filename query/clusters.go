@@ -36,6 +36,12 @@ type Server struct {
 	Name         string     `json:"name"`
 	RegisteredAt time.Time  `json:"registeredAt"`
 	RevokedAt    *time.Time `json:"revokedAt,omitempty"`
+	// Version, Connected and LastHeartbeatAt are what its agent last
+	// reported (empty, false and null before it first connected); whether
+	// it counts as connected now also depends on how old the heartbeat is.
+	Version         string     `json:"version"`
+	Connected       bool       `json:"connected"`
+	LastHeartbeatAt *time.Time `json:"lastHeartbeatAt"`
 }
 
 const clusterColumns = `c.id::text, c.org_id::text, c.name, c.created_at,
@@ -88,8 +94,10 @@ func Servers(ctx context.Context, q eventstore.Querier, clusterID string) ([]Ser
 	}
 	return list(ctx, q, "servers of cluster "+clusterID, func(row pgx.Row) (Server, error) {
 		var s Server
-		err := row.Scan(&s.ID, &s.ClusterID, &s.Name, &s.RegisteredAt, &s.RevokedAt)
+		err := row.Scan(&s.ID, &s.ClusterID, &s.Name, &s.RegisteredAt, &s.RevokedAt, &s.Version, &s.Connected, &s.LastHeartbeatAt)
 		return s, err
-	}, `SELECT id::text, cluster_id::text, name, registered_at, revoked_at
-	      FROM servers WHERE cluster_id = $1 ORDER BY revoked_at IS NOT NULL, name, id`, clusterID)
+	}, `SELECT v.id::text, v.cluster_id::text, v.name, v.registered_at, v.revoked_at,
+	           coalesce(s.version, ''), coalesce(s.connected, false), s.last_heartbeat_at
+	      FROM servers v LEFT JOIN server_status s ON s.server_id = v.id
+	     WHERE v.cluster_id = $1 ORDER BY v.revoked_at IS NOT NULL, v.name, v.id`, clusterID)
 }

@@ -63,7 +63,7 @@ Example:
 		json: true, public: true, nargs: 0,
 		run: func(x *cmdCtx) error {
 			if x.String("email") == "" || x.String("org") == "" {
-				return errors.New("setup needs --email and --org")
+				return usagef("setup needs --email and --org")
 			}
 			cl, err := x.client()
 			if err != nil {
@@ -79,9 +79,13 @@ Example:
 			if err != nil {
 				return err
 			}
-			path, saveErr := saveCredentials(credentials{URL: cl.URL(), Token: res.Token})
-			if x.Bool("json") {
-				if err := writeJSON(x.out, raw); err != nil {
+			ctxName := firstNonEmpty(lineageString(x.Context, "context"), contextName(cl.URL()))
+			path, saveErr := "", validContextName(ctxName)
+			if saveErr == nil {
+				path, saveErr = saveCredentials(ctxName, credentials{URL: cl.URL(), Token: res.Token})
+			}
+			if x.machine() {
+				if err := x.emitRaw(raw); err != nil {
 					return err
 				}
 			} else {
@@ -89,7 +93,7 @@ Example:
 					cl.URL(), res.User.Email, res.Organisation.Name)
 				x.printf("Your API token, shown only this once (keep it somewhere safe):\n\n    %s\n\n", res.Token)
 				if saveErr == nil {
-					x.printf("It is stored in %s, so nebula commands here use it already:\n\n    nebula whoami\n\n", path)
+					x.printf("It is stored in %s as the context %s, so nebula commands here use it already:\n\n    nebula whoami\n\n", path, ctxName)
 				}
 				x.printf("Elsewhere (CI, another machine), give it in the environment:\n\n    export %s=%s\n    export %s=<the token>\n",
 					envURL, cl.URL(), envToken)
@@ -107,12 +111,16 @@ func loginCommand() *cli.Command {
 		name: "login", usage: "sign in to a control plane and store the token for the following commands",
 		description: `With --token (or --token-stdin) stores an API token after checking it. Without,
 asks for e-mail address and password, opens a session (which expires) and
-stores its token. The URL and token are kept in
-$XDG_CONFIG_HOME/nebulactrl/credentials.json (mode 0600); NEBULACTRL_URL and
-NEBULACTRL_TOKEN override them, and --url overrides everything.
+stores its token. The URL and token are kept as a named context (--context
+NAME; by default the host, such as nebula.example.com) in
+$XDG_CONFIG_HOME/nebulactrl/credentials.json (mode 0600), which becomes the
+current one; nebula context list|use switches between control planes.
+NEBULACTRL_URL and NEBULACTRL_TOKEN override the stored ones, and --url
+overrides everything.
 
 Example:
    nebula login --url https://nebula.example.com
+   nebula login --url https://staging.nebula.example.com --context staging
    nebula login --url https://nebula.example.com --token nbl_...
    printf '%s\n' "$PASSWORD" | nebula login --url https://nebula.example.com --email ada@example.com --password-stdin`,
 		flags: []cli.Flag{
@@ -123,11 +131,25 @@ Example:
 		},
 		public: true, nargs: 0,
 		run: func(x *cmdCtx) error {
-			url, _, err := effective(x.String("url"))
-			if errors.Is(err, errNoURL) {
-				return errors.New("login needs --url URL (or " + envURL + ")")
+			ctxName := strings.TrimSpace(lineageString(x.Context, "context"))
+			url := firstNonEmpty(x.String("url"), os.Getenv(envURL))
+			if url == "" && ctxName != "" {
+				// Signing in again to a stored context.
+				if u, _, _, err := effective("", ctxName); err == nil {
+					url = u
+				}
 			}
+			if url == "" {
+				return usagef("login needs --url URL (or %s)", envURL)
+			}
+			url, err := client.NormalizeURL(url)
 			if err != nil {
+				return exitError{exitUsage, err}
+			}
+			if ctxName == "" {
+				ctxName = contextName(url)
+			}
+			if err := validContextName(ctxName); err != nil {
 				return err
 			}
 			token := strings.TrimSpace(x.String("token"))
@@ -146,11 +168,11 @@ Example:
 				if err != nil {
 					return fmt.Errorf("the token does not work at %s: %w", url, err)
 				}
-				path, err := saveCredentials(credentials{URL: url, Token: token})
+				path, err := saveCredentials(ctxName, credentials{URL: url, Token: token})
 				if err != nil {
 					return err
 				}
-				x.printf("Signed in to %s as %s with the token; it is stored in %s.\n", url, me.User.Email, path)
+				x.printf("Signed in to %s as %s with the token; it is stored in %s as the context %s.\n", url, me.User.Email, path, ctxName)
 				return nil
 			}
 			email := x.String("email")
@@ -176,11 +198,11 @@ Example:
 			if err != nil {
 				return err
 			}
-			path, err := saveCredentials(credentials{URL: url, Token: sess.Token})
+			path, err := saveCredentials(ctxName, credentials{URL: url, Token: sess.Token})
 			if err != nil {
 				return err
 			}
-			x.printf("Signed in to %s as %s until %s; the session token is stored in %s.\n", url, sess.User.Email, when(sess.ExpiresAt), path)
+			x.printf("Signed in to %s as %s until %s; the session token is stored in %s as the context %s.\n", url, sess.User.Email, at(sess.ExpiresAt), path, ctxName)
 			return nil
 		},
 	}.command()
@@ -189,18 +211,24 @@ Example:
 func logoutCommand() *cli.Command {
 	return spec{
 		name: "logout", usage: "forget the stored token (and end it when it is a session)",
-		description: `Removes the stored credentials. A session token (from nebula login with e-mail
-and password) is revoked at the control plane as well; an API token is only
-forgotten here, since it may be in use elsewhere (revoke it with nebula token
-revoke).
+		description: `Removes the stored credentials of the current context (or of --context NAME).
+A session token (from nebula login with e-mail and password) is revoked at the
+control plane as well; an API token is only forgotten here, since it may be in
+use elsewhere (revoke it with nebula token revoke).
 
 Example:
-   nebula logout`,
+   nebula logout
+   nebula logout --context staging`,
 		public: true, noURL: true, nargs: 0,
 		run: func(x *cmdCtx) error {
-			stored, err := loadCredentials()
+			cf, err := loadContexts()
 			if err != nil {
 				return err
+			}
+			name := firstNonEmpty(lineageString(x.Context, "context"), os.Getenv(envContext), cf.Current)
+			stored, known := cf.Contexts[name]
+			if name != "" && !known && name != cf.Current {
+				return exitError{exitNotFound, fmt.Errorf("no context %q is stored (nebula context list)", name)}
 			}
 			if stored.Token == "" {
 				x.printf("Not signed in: there are no stored credentials.\n")
@@ -221,7 +249,7 @@ Example:
 						}
 					}
 				}
-				if _, err := removeCredentials(); err != nil {
+				if _, err := removeContext(name); err != nil {
 					return err
 				}
 				if revoked {
@@ -254,7 +282,7 @@ Example:
 				return err
 			}
 			var me api.MeResponse
-			return x.read(func(ctx context.Context) (err error) { me, err = cl.Me(ctx); return }, func() error {
+			return x.read(&me, func(ctx context.Context) (err error) { me, err = cl.Me(ctx); return }, func() error {
 				name := me.User.Email
 				if me.User.Name != "" {
 					name += " (" + me.User.Name + ")"
@@ -318,7 +346,7 @@ Example:
 					return err
 				}
 				var o query.Organisation
-				return x.read(func(ctx context.Context) (err error) { o, err = cl.CreateOrganisation(ctx, a.Org); return }, func() error {
+				return x.read(&o, func(ctx context.Context) (err error) { o, err = cl.CreateOrganisation(ctx, a.Org); return }, func() error {
 					x.printf("Created organisation %s; you own it.\n", o.Name)
 					return nil
 				})
@@ -337,7 +365,7 @@ Example:
 					return err
 				}
 				var orgs []query.Organisation
-				return x.read(func(ctx context.Context) (err error) { orgs, err = cl.Organisations(ctx); return }, func() error {
+				return x.read(&orgs, func(ctx context.Context) (err error) { orgs, err = cl.Organisations(ctx); return }, func() error {
 					var rows [][]string
 					for _, o := range orgs {
 						rows = append(rows, []string{o.Name, string(o.Role), when(o.CreatedAt)})
@@ -372,13 +400,17 @@ Example:
 					return err
 				}
 				var m query.Member
-				return x.read(func(ctx context.Context) (err error) {
+				err = x.read(&m, func(ctx context.Context) (err error) {
 					m, err = cl.AddMember(ctx, a.Org, x.args[1], x.String("role"))
 					return
 				}, func() error {
 					x.printf("Added %s to %s as %s.\n", m.Email, a.Org, m.Role)
 					return nil
 				})
+				if client.IsStatus(err, http.StatusConflict) {
+					return exitError{exitConflict, fmt.Errorf("%w: change the role with nebula member set-role %s %s %s", err, a.Org, x.args[1], x.String("role"))}
+				}
+				return err
 			},
 		}.command(),
 		spec{
@@ -398,7 +430,7 @@ Example:
 					return err
 				}
 				var ms []query.Member
-				return x.read(func(ctx context.Context) (err error) { ms, err = cl.Members(ctx, a.Org); return }, func() error {
+				return x.read(&ms, func(ctx context.Context) (err error) { ms, err = cl.Members(ctx, a.Org); return }, func() error {
 					var rows [][]string
 					for _, m := range ms {
 						rows = append(rows, []string{m.Email, cell(m.Name), string(m.Role), m.UserID, when(m.Since)})
@@ -409,12 +441,44 @@ Example:
 			},
 		}.command(),
 		spec{
-			name: "remove", usage: "remove a member from an organisation", argsUsage: "ORG USER_ID|EMAIL",
-			description: `Removes a member, named by user id or by e-mail address.
+			name: "set-role", usage: "change a member's role", argsUsage: "ORG USER_ID|EMAIL ROLE",
+			description: `Changes the role of a member, named by user id or by e-mail address, to owner,
+admin, member or viewer (only an owner makes owners).
 
 Example:
-   nebula member remove acme grace@example.com`,
-			nargs: 2,
+   nebula member set-role acme grace@example.com viewer`,
+			json: true, nargs: 3,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeOrg)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				userID, err := memberID(x, cl, a.Org, x.args[1])
+				if err != nil {
+					return err
+				}
+				var m query.Member
+				return x.read(&m, func(ctx context.Context) (err error) {
+					m, err = cl.ChangeMemberRole(ctx, a.Org, userID, x.args[2])
+					return
+				}, func() error {
+					x.printf("%s is now %s of %s.\n", m.Email, m.Role, a.Org)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "remove", usage: "remove a member from an organisation", argsUsage: "ORG USER_ID|EMAIL",
+			description: `Removes a member, named by user id or by e-mail address. Asks first on a
+terminal; give --yes otherwise.
+
+Example:
+   nebula member remove acme grace@example.com --yes`,
+			nargs: 2, destructive: true,
 			run: func(x *cmdCtx) error {
 				a, err := x.address(0, shapeOrg)
 				if err != nil {
@@ -425,21 +489,12 @@ Example:
 					return err
 				}
 				who := x.args[1]
-				userID := who
-				if strings.Contains(who, "@") {
-					ms, err := cl.Members(x.Context.Context, a.Org)
-					if err != nil {
-						return err
-					}
-					userID = ""
-					for _, m := range ms {
-						if strings.EqualFold(m.Email, who) {
-							userID = m.UserID
-						}
-					}
-					if userID == "" {
-						return fmt.Errorf("%s is not a member of %s", who, a.Org)
-					}
+				userID, err := memberID(x, cl, a.Org, who)
+				if err != nil {
+					return err
+				}
+				if err := x.confirm("Remove " + who + " from " + a.Org); err != nil {
+					return err
 				}
 				if err := cl.RemoveMember(x.Context.Context, a.Org, userID); err != nil {
 					return err
@@ -449,6 +504,23 @@ Example:
 			},
 		}.command(),
 	)
+}
+
+// memberID names a member by user id, or finds the id of an e-mail address.
+func memberID(x *cmdCtx, cl *client.Client, org, who string) (string, error) {
+	if !strings.Contains(who, "@") {
+		return who, nil
+	}
+	ms, err := cl.Members(x.Context.Context, org)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range ms {
+		if strings.EqualFold(m.Email, who) {
+			return m.UserID, nil
+		}
+	}
+	return "", exitError{exitNotFound, fmt.Errorf("%s is not a member of %s", who, org)}
 }
 
 func tokenCommand() *cli.Command {
@@ -471,20 +543,20 @@ Example:
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
 				if len(x.StringSlice("scope")) == 0 {
-					return errors.New("give the token at least one --scope")
+					return usagef("give the token at least one --scope")
 				}
 				cl, err := x.client()
 				if err != nil {
 					return err
 				}
 				var t api.CreatedToken
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&t, func(ctx context.Context) (err error) {
 					t, err = cl.CreateToken(ctx, api.CreateTokenRequest{Name: x.args[0], Scopes: x.StringSlice("scope"), ExpiresInDays: x.Int("expires-in-days")})
 					return
 				}, func() error {
 					x.printf("Created API token %s (id %s) with scopes %s", t.Name, t.ID, joinScopes(t.Scopes))
 					if t.ExpiresAt != nil {
-						x.printf(", expiring %s", when(*t.ExpiresAt))
+						x.printf(", expiring %s", at(*t.ExpiresAt))
 					}
 					x.printf(".\n\nThe token, shown only this once (keep it somewhere safe):\n\n    %s\n", t.Secret)
 					return nil
@@ -504,7 +576,7 @@ Example:
 					return err
 				}
 				var toks []query.Token
-				return x.read(func(ctx context.Context) (err error) { toks, err = cl.Tokens(ctx); return }, func() error {
+				return x.read(&toks, func(ctx context.Context) (err error) { toks, err = cl.Tokens(ctx); return }, func() error {
 					var rows [][]string
 					for _, t := range toks {
 						status := "active"
@@ -527,14 +599,18 @@ Example:
 		}.command(),
 		spec{
 			name: "revoke", usage: "revoke one of your API tokens or sessions", argsUsage: "TOKEN_ID",
-			description: `Revokes a token by id (nebula token list shows the ids); it stops working at once.
+			description: `Revokes a token by id (nebula token list shows the ids); it stops working at
+once. Asks first on a terminal; give --yes otherwise.
 
 Example:
-   nebula token revoke 0b6f9d1e-8a55-4a57-9d36-0f2c2f0c9c1a`,
-			nargs: 1,
+   nebula token revoke 0b6f9d1e-8a55-4a57-9d36-0f2c2f0c9c1a --yes`,
+			nargs: 1, destructive: true,
 			run: func(x *cmdCtx) error {
 				cl, err := x.client()
 				if err != nil {
+					return err
+				}
+				if err := x.confirm("Revoke token " + x.args[0]); err != nil {
 					return err
 				}
 				if err := cl.RevokeToken(x.Context.Context, x.args[0]); err != nil {
@@ -570,7 +646,7 @@ Example:
 					return err
 				}
 				var s query.InstanceSettings
-				return x.read(func(ctx context.Context) (err error) { s, err = cl.Settings(ctx); return }, func() error { return show(x, s) })
+				return x.read(&s, func(ctx context.Context) (err error) { s, err = cl.Settings(ctx); return }, func() error { return show(x, s) })
 			},
 		}.command(),
 		spec{
@@ -583,7 +659,7 @@ Example:
 			json:  true, nargs: 0,
 			run: func(x *cmdCtx) error {
 				if !x.IsSet("agent-auto-upgrade") {
-					return errors.New("nothing to set: give --agent-auto-upgrade=true or --agent-auto-upgrade=false")
+					return usagef("nothing to set: give --agent-auto-upgrade=true or --agent-auto-upgrade=false")
 				}
 				cl, err := x.client()
 				if err != nil {
@@ -591,7 +667,7 @@ Example:
 				}
 				v := x.Bool("agent-auto-upgrade")
 				var s query.InstanceSettings
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&s, func(ctx context.Context) (err error) {
 					s, err = cl.UpdateSettings(ctx, api.SettingsRequest{AgentAutoUpgrade: &v})
 					return
 				}, func() error { return show(x, s) })
@@ -627,7 +703,7 @@ Example:
 					return err
 				}
 				var u query.User
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&u, func(ctx context.Context) (err error) {
 					u, err = cl.CreateUser(ctx, api.CreateUserRequest{Email: x.args[0], Name: x.String("name"), Password: pw, InstanceAdmin: x.Bool("admin")})
 					return
 				}, func() error {
@@ -649,7 +725,7 @@ Example:
 					return err
 				}
 				var us []query.User
-				return x.read(func(ctx context.Context) (err error) { us, err = cl.Users(ctx); return }, func() error {
+				return x.read(&us, func(ctx context.Context) (err error) { us, err = cl.Users(ctx); return }, func() error {
 					var rows [][]string
 					for _, u := range us {
 						admin := "no"

@@ -68,7 +68,7 @@ verifies the audit hash chain. Exits 1 when anything differs.
 
 Example:
    NEBULACTRL_DATABASE_URL=postgres://... nebula audit replay`,
-				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"}},
+				Flags: outputFlags(),
 				Action: func(c *cli.Context) error {
 					pool, done, err := operatorDB(c)
 					if err != nil {
@@ -79,8 +79,12 @@ Example:
 					if err != nil {
 						return err
 					}
-					if c.Bool("json") {
-						if err := json.NewEncoder(c.App.Writer).Encode(rep); err != nil {
+					format, err := outputFormat(c)
+					if err != nil {
+						return err
+					}
+					if format != outTable {
+						if err := emitTo(c.App.Writer, format, rep); err != nil {
 							return err
 						}
 					} else {
@@ -119,7 +123,7 @@ event it stopped at). Exits 1 when the chain is broken or stops short.
 
 Example:
    nebula audit verify`,
-				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"}},
+				Flags: outputFlags(),
 				Action: func(c *cli.Context) error {
 					pool, done, err := operatorDB(c)
 					if err != nil {
@@ -130,8 +134,12 @@ Example:
 					if err != nil {
 						return err
 					}
-					if c.Bool("json") {
-						if err := json.NewEncoder(c.App.Writer).Encode(rep); err != nil {
+					format, err := outputFormat(c)
+					if err != nil {
+						return err
+					}
+					if format != outTable {
+						if err := emitTo(c.App.Writer, format, rep); err != nil {
 							return err
 						}
 					} else {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
+	"github.com/nebulactrl/nebulactrl/query"
 )
 
 // auditPollInterval is how often nebula audit --follow asks for new entries.
@@ -24,12 +24,15 @@ func auditLogSpec() spec {
 		name: "audit", usage: "read the audit log",
 		description: `Without a subcommand, prints the audit log through the API: the organisation's
 (--org, or your only organisation), or with --all the whole log (instance
-administrator). --follow keeps printing new entries until interrupted. With
---json every entry is one line of the API's JSON.
+administrator). --follow keeps printing new entries until interrupted.
+
+With -o json (or --json) or -o yaml the entries are one array; with -o jsonl,
+and with --follow and -o json, each entry is one line of JSON as it comes.
 
 Example:
    nebula audit --org acme --since 24h --action 'deployment.*'
-   nebula audit --follow`,
+   nebula audit --org acme -o json | jq '.[].action'
+   nebula audit --follow -o jsonl`,
 		flags: []cli.Flag{
 			&cli.StringFlag{Name: "org", Usage: "the organisation whose log to read (default: your only one)"},
 			&cli.BoolFlag{Name: "all", Usage: "the whole log of the installation (instance administrator)"},
@@ -53,7 +56,7 @@ func auditLogAction(c *cli.Context) error { return auditLogSpec().command().Acti
 
 func runAuditLog(x *cmdCtx) error {
 	if x.Bool("all") && x.String("org") != "" {
-		return errors.New("give either --org or --all, not both")
+		return usagef("give either --org or --all, not both")
 	}
 	now := timeNow()
 	q := client.AuditQuery{Org: x.String("org"), Action: x.String("action"), Actor: x.String("actor"), Target: x.String("target"), Limit: 1000}
@@ -91,22 +94,29 @@ func runAuditLog(x *cmdCtx) error {
 			return fmt.Errorf("you are a member of several organisations (%s): give --org ORG", strings.Join(names, ", "))
 		}
 	}
-	asJSON, follow := x.Bool("json"), x.Bool("follow")
-	header := !asJSON
+	format, follow := x.format(), x.Bool("follow")
+	if follow && format == outYAML {
+		return usagef("--follow prints JSON lines (-o json or -o jsonl), not YAML")
+	}
+	lines := format == outJSONL || (follow && format == outJSON)
+	header := format == outTable
+	all := []query.AuditEntry{}
 	for {
-		var raw []byte
-		page, err := cl.Audit(client.CaptureBody(ctx, &raw), q)
+		page, err := cl.Audit(ctx, q)
 		if err != nil {
 			if follow && ctx.Err() != nil {
 				return nil // interrupted
 			}
 			return err
 		}
-		if asJSON {
-			if err := printEntriesJSON(x, raw); err != nil {
+		switch {
+		case lines:
+			if err := emitTo(x.out, outJSONL, page.Entries); err != nil {
 				return err
 			}
-		} else if len(page.Entries) > 0 || header {
+		case format != outTable:
+			all = append(all, page.Entries...)
+		case len(page.Entries) > 0 || header:
 			printEntries(x, page, header)
 			header = false
 		}
@@ -118,6 +128,9 @@ func runAuditLog(x *cmdCtx) error {
 			continue // a full page: there is more right now
 		}
 		if !follow {
+			if format != outTable && !lines {
+				return x.emit(all)
+			}
 			return nil
 		}
 		select {
@@ -142,22 +155,4 @@ func printEntries(x *cmdCtx, page api.AuditPage, header bool) {
 		return
 	}
 	x.table("", rows)
-}
-
-// printEntriesJSON prints each entry of a page as one line of the API's JSON.
-func printEntriesJSON(x *cmdCtx, raw []byte) error {
-	var page struct {
-		Entries []json.RawMessage `json:"entries"`
-	}
-	if err := json.Unmarshal(raw, &page); err != nil {
-		return err
-	}
-	for _, e := range page.Entries {
-		b, err := json.Marshal(e) // compacts
-		if err != nil {
-			return err
-		}
-		x.printf("%s\n", b)
-	}
-	return nil
 }

@@ -84,6 +84,15 @@ func (c cliRun) fails(args ...string) string {
 	return r.err
 }
 
+// waits runs a change that must wait in a change set (exit code 6) and
+// returns its stdout.
+func (c cliRun) waits(stdin string, args ...string) string {
+	c.t.Helper()
+	r := c.run(stdin, args...)
+	require.Equal(c.t, exitApproval, exitCode(r.failed), "nebula %s must wait for approval\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.out, r.err)
+	return r.out
+}
+
 func (c cliRun) json(v any, args ...string) {
 	c.t.Helper()
 	out := c.ok(append(args, "--json")...)
@@ -147,7 +156,7 @@ func TestClientCommands(t *testing.T) {
 	st, err = os.Stat(filepath.Dir(credPath))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
-	stored, err := loadCredentials()
+	stored, err := currentCredentials()
 	require.NoError(t, err)
 	require.Equal(t, credentials{URL: srv.URL, Token: adaToken}, stored)
 	require.Contains(t, c.ok("whoami"), "ada@example.com (Ada)")
@@ -158,8 +167,9 @@ func TestClientCommands(t *testing.T) {
 
 	// The setup token is an API token: logout forgets it without revoking it.
 	require.Contains(t, c.ok("logout"), "stored credentials are removed")
-	_, err = os.Stat(credPath)
-	require.ErrorIs(t, err, os.ErrNotExist)
+	stored, err = currentCredentials()
+	require.NoError(t, err)
+	require.Zero(t, stored, "the context is forgotten")
 	require.Contains(t, c.fails("whoami"), "no control plane given")
 	require.Contains(t, c.ok("login", "--url", srv.URL, "--token", adaToken), "Signed in")
 	require.Contains(t, c.fails("login", "--url", srv.URL, "--token", "nbl_nonsense"), "the token is malformed")
@@ -168,7 +178,7 @@ func TestClientCommands(t *testing.T) {
 	out = c.okIn(password+"\n", "login", "--url", srv.URL, "--email", "ada@example.com", "--password-stdin")
 	require.Contains(t, out, "Signed in to "+srv.URL+" as ada@example.com until")
 	require.Contains(t, c.ok("whoami"), "signed in with: a session")
-	session, err := loadCredentials()
+	session, err := currentCredentials()
 	require.NoError(t, err)
 	require.NotEqual(t, adaToken, session.Token)
 	require.Contains(t, c.ok("logout"), "the session is ended")
@@ -202,13 +212,13 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, out, "Created cluster acme/eu-1")
 	require.Regexp(t, tokenRE, out, "the join token is printed")
 	require.Contains(t, out, "shown only this once")
-	require.Regexp(t, `(?m)^eu-1\s+0\s`, c.ok("cluster", "list", "acme"))
+	require.Regexp(t, `(?m)^eu-1\s+Disconnected\s+-\s+0\s+-\s`, c.ok("cluster", "list", "acme"))
 	out = c.ok("cluster", "token", "create", "acme/eu-1", "--expires-in-hours", "2")
 	require.Regexp(t, tokenRE, out)
 	var joinTokens []query.JoinToken
 	c.json(&joinTokens, "cluster", "token", "list", "acme/eu-1")
 	require.Len(t, joinTokens, 2)
-	require.Contains(t, c.ok("cluster", "token", "revoke", "acme/eu-1", joinTokens[0].ID), "Revoked join token")
+	require.Contains(t, c.ok("cluster", "token", "revoke", "acme/eu-1", joinTokens[0].ID, "--yes"), "Revoked join token")
 	require.Contains(t, c.ok("cluster", "token", "list", "acme/eu-1"), "revoked")
 
 	require.Contains(t, c.ok("project", "create", "acme/shop"), "Created project acme/shop")
@@ -259,7 +269,7 @@ func TestClientCommands(t *testing.T) {
 	require.NotContains(t, c.ok("var", "list", "acme/shop/staging/api", "--json"), secret)
 	require.Contains(t, c.fails("var", "set", "acme/shop/staging/api", "TOKEN"), "--secret TOKEN")
 	require.Contains(t, c.fails("var", "set", "acme/shop/staging/api", "1BAD=x"), "variable name")
-	require.Contains(t, c.ok("var", "unset", "acme/shop/staging/api", "LOG_LEVEL"), "Unset LOG_LEVEL")
+	require.Contains(t, c.ok("var", "unset", "acme/shop/staging/api", "LOG_LEVEL", "--yes"), "Unset LOG_LEVEL")
 	require.NotContains(t, c.ok("var", "list", "acme/shop/staging/api"), "LOG_LEVEL")
 
 	// --- domains
@@ -269,7 +279,7 @@ func TestClientCommands(t *testing.T) {
 	c.json(&domains, "domain", "list", "acme/shop/staging/api")
 	require.Len(t, domains, 1)
 	c.ok("domain", "add", "acme/shop/staging/db", "db.staging.example.com")
-	require.Contains(t, c.ok("domain", "remove", "acme/shop/staging/db", "db.staging.example.com"), "Stopped routing")
+	require.Contains(t, c.ok("domain", "remove", "acme/shop/staging/db", "db.staging.example.com", "-y"), "Stopped routing")
 	require.NotContains(t, c.ok("domain", "list", "acme/shop/staging"), "db.staging")
 
 	// --- deploy, releases, deployments, rollback
@@ -324,7 +334,7 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, c.fails("state", "acme/shop/staging", "--revision", "1", "--at", "1h"), "not both")
 
 	// --- a protected environment: changes wait for someone else's approval
-	out = c.ok("deploy", "acme/shop/production/api")
+	out = c.waits("", "deploy", "acme/shop/production/api")
 	require.Contains(t, out, "waits in change set")
 	var sets []query.ChangeSet
 	c.json(&sets, "changeset", "list", "acme/shop/production")
@@ -333,8 +343,8 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, out, sets[0].ID)
 	require.Regexp(t, `(?m)^`+sets[0].ID+`\s+open\s+1\s`, c.ok("changeset", "list", "acme/shop/production"))
 	// A second change of the same person joins the open change set: version 2.
-	require.Contains(t, c.ok("var", "set", "acme/shop/production/api", "LOG_LEVEL=warn"), "waits in change set "+sets[0].ID+" (version 2)")
-	require.Contains(t, c.okIn(secret+"\n", "var", "set", "acme/shop/production/api", "STRIPE_KEY", "--secret"), "(version 3)")
+	require.Contains(t, c.waits("", "var", "set", "acme/shop/production/api", "LOG_LEVEL=warn"), "waits in change set "+sets[0].ID+" (version 2)")
+	require.Contains(t, c.waits(secret+"\n", "var", "set", "acme/shop/production/api", "STRIPE_KEY", "--secret"), "(version 3)")
 	require.Regexp(t, `(?m)^`+sets[0].ID+`\s+open\s+3\s`, c.ok("changeset", "list", "acme/shop/production"))
 	require.Contains(t, c.fails("changeset", "approve", "acme/shop/production", sets[0].ID), "someone other than who opened it")
 	c.json(&rels, "releases", "acme/shop/production/api")
@@ -371,7 +381,7 @@ func TestClientCommands(t *testing.T) {
 	require.NotContains(t, out, "nebula changeset approve")
 	c.ok("logout")
 	c.ok("login", "--url", srv.URL, "--token", adaToken)
-	require.Contains(t, c.ok("var", "set", "acme/shop/production/api", "LOG_LEVEL=error"), "waits in change set")
+	require.Contains(t, c.waits("", "var", "set", "acme/shop/production/api", "LOG_LEVEL=error"), "waits in change set")
 	c.json(&sets, "changeset", "list", "acme/shop/production", "--status", "open")
 	require.Len(t, sets, 1)
 	require.Contains(t, c.ok("changeset", "show", "acme/shop/production", sets[0].ID), "~ set LOG_LEVEL on api: warn -> error")
@@ -382,7 +392,7 @@ func TestClientCommands(t *testing.T) {
 	c.json(&rels, "releases", "acme/shop/production/api")
 	require.Len(t, rels, 3, "the approved change set made a release per change: the deployment, then each variable change")
 	require.Equal(t, []string{"variables", "variables", "deploy"}, []string{rels[0].Reason, rels[1].Reason, rels[2].Reason})
-	require.Contains(t, c.ok("member", "remove", "acme", "grace@example.com"), "Removed grace@example.com")
+	require.Contains(t, c.ok("member", "remove", "acme", "grace@example.com", "--yes"), "Removed grace@example.com")
 	require.NotContains(t, c.ok("member", "list", "acme"), "grace")
 
 	// --- the audit log, through the API
@@ -394,7 +404,8 @@ func TestClientCommands(t *testing.T) {
 	require.NoError(t, r.failed, r.err)
 	require.Regexp(t, `(?m)^TIME\s+ACTOR\s+ACTION\s+TARGET`, r.out)
 	require.Contains(t, r.out, "acme/shop/staging/api")
-	r = a.runWith(runAudit, "", "audit", "--org", "acme", "--json", "--since", "1h")
+	// -o jsonl: one entry per line; --json (-o json): one array of them.
+	r = a.runWith(runAudit, "", "audit", "--org", "acme", "-o", "jsonl", "--since", "1h")
 	require.NoError(t, r.failed, r.err)
 	lines := strings.Split(strings.TrimSpace(r.out), "\n")
 	require.Greater(t, len(lines), 10)
@@ -403,9 +414,15 @@ func TestClientCommands(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(l), &e), l)
 		require.NotZero(t, e.Seq)
 	}
+	var entries []query.AuditEntry
+	r = a.runWith(runAudit, "", "audit", "--org", "acme", "--json", "--since", "1h")
+	require.NoError(t, r.failed, r.err)
+	require.NoError(t, json.Unmarshal([]byte(r.out), &entries), "audit --json prints one array:\n%s", r.out)
+	require.Len(t, entries, len(lines))
 	r = a.runWith(runAudit, "", "audit", "--all", "--json")
 	require.NoError(t, r.failed, r.err)
-	require.GreaterOrEqual(t, len(strings.Split(strings.TrimSpace(r.out), "\n")), len(lines))
+	require.NoError(t, json.Unmarshal([]byte(r.out), &entries))
+	require.GreaterOrEqual(t, len(entries), len(lines))
 	r = a.runWith(runAudit, "", "audit", "--org", "acme", "--since", "yesterday")
 	require.Contains(t, r.err, "is not a time")
 	r = a.runWith(runAudit, "", "audit", "replay", "--help")
@@ -453,7 +470,7 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, c.ok("project", "list", "acme"), "shop", "NEBULACTRL_TOKEN overrides the stored token")
 	require.Contains(t, c.fails("project", "create", "acme/nope"), "projects:write")
 	t.Setenv(envToken, "")
-	require.Contains(t, c.ok("token", "revoke", ciID), "Revoked token")
+	require.Contains(t, c.ok("token", "revoke", ciID, "--yes"), "Revoked token")
 	t.Setenv(envToken, ciToken)
 	stderr = c.fails("project", "list", "acme")
 	require.Contains(t, stderr, "the token was revoked")
@@ -472,7 +489,7 @@ func TestClientCommands(t *testing.T) {
 	// --- errors: the API's message on stderr, and a non-zero exit
 	stderr = c.fails("env", "list", "acme/nope")
 	require.Contains(t, stderr, "nebula: project acme/nope not found")
-	require.Contains(t, c.fails("service", "delete", "acme/shop/nope"), "service acme/shop/nope not found")
+	require.Contains(t, c.fails("service", "delete", "acme/shop/nope", "--yes"), "service acme/shop/nope not found")
 	require.Contains(t, c.fails("project", "list", "nope"), "organisation nope not found")
 
 	// --- addresses of the wrong shape
@@ -484,9 +501,9 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, c.fails("member", "add", "acme", "x@example.com", "--nope"), "flag provided but not defined: --nope")
 
 	// --- deleting
-	require.Contains(t, c.ok("service", "delete", "acme/shop/worker"), "Deleted service acme/shop/worker")
-	require.Contains(t, c.ok("env", "delete", "acme/shop/staging"), "Deleted environment acme/shop/staging")
-	require.Contains(t, c.ok("project", "delete", "acme/followed"), "Deleted project acme/followed")
+	require.Contains(t, c.ok("service", "delete", "acme/shop/worker", "--yes"), "Deleted service acme/shop/worker")
+	require.Contains(t, c.ok("env", "delete", "acme/shop/staging", "--yes"), "Deleted environment acme/shop/staging")
+	require.Contains(t, c.ok("--yes", "project", "delete", "acme/followed"), "Deleted project acme/followed")
 	require.NotContains(t, c.ok("project", "list", "acme"), "followed")
 
 	// The file is still the user's alone after every rewrite.

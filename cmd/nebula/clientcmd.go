@@ -21,18 +21,24 @@ import (
 )
 
 // spec describes one command of the client: it becomes a *cli.Command with
-// --url (and --json for commands that print what the API answers), whose
-// flags may also come after the arguments (nebula member add acme a@b.c
-// --role admin), which urfave/cli alone does not allow.
+// --url and --context (and -o/--json for commands that print what the API
+// answers, --yes for destructive ones), whose flags may also come after the
+// arguments (nebula member add acme a@b.c --role admin), which urfave/cli
+// alone does not allow.
 type spec struct {
 	name, usage, argsUsage, description string
 	flags                               []cli.Flag
-	// json adds --json: print the API's JSON instead of the table or text.
+	// json adds -o/--output and --json: print the API's answer as JSON or
+	// YAML instead of the table or text.
 	json bool
+	// destructive commands ask for confirmation, or need --yes.
+	destructive bool
 	// public commands need no token (setup, login).
 	public bool
 	// noURL leaves out --url (logout works on the stored credentials).
 	noURL bool
+	// noContext leaves out --context (the context commands name theirs).
+	noContext bool
 	// nargs is the exact number of arguments; -1 is any number.
 	nargs int
 	run   func(x *cmdCtx) error
@@ -43,8 +49,14 @@ func (s spec) command() *cli.Command {
 	if !s.noURL {
 		flags = append(flags, &cli.StringFlag{Name: "url", Usage: "the control plane's URL (overrides " + envURL + " and the stored one)"})
 	}
+	if !s.noContext {
+		flags = append(flags, contextFlag())
+	}
 	if s.json {
-		flags = append(flags, &cli.BoolFlag{Name: "json", Usage: "print the API's JSON"})
+		flags = append(flags, outputFlags()...)
+	}
+	if s.destructive {
+		flags = append(flags, yesFlag())
 	}
 	return &cli.Command{
 		Name: s.name, Usage: s.usage, ArgsUsage: s.argsUsage, Description: s.description, Flags: flags,
@@ -54,22 +66,29 @@ func (s spec) command() *cli.Command {
 		Action: func(c *cli.Context) error {
 			args, help, err := interspersed(c)
 			if err != nil {
-				return err
+				return exitError{exitUsage, err}
 			}
 			if help {
 				cli.HelpPrinter(c.App.Writer, cli.CommandHelpTemplate, c.Command)
 				return nil
 			}
 			if s.nargs >= 0 && len(args) != s.nargs {
-				return fmt.Errorf("want %s, got %d argument(s) (see --help)", argsOrNothing(s.argsUsage), len(args))
+				return usagef("want %s, got %d argument(s) (see --help)", argsOrNothing(s.argsUsage), len(args))
+			}
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			if !s.json && format != outTable {
+				return usagef("nebula %s prints no -o %s output", c.Command.HelpName[len(c.App.Name)+1:], format)
 			}
 			x := &cmdCtx{Context: c, args: args, out: c.App.Writer, errw: c.App.ErrWriter, in: c.App.Reader, public: s.public}
 			err = s.run(x)
 			var ae *client.Error
 			if !s.public && errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
-				return fmt.Errorf("%w (sign in again: nebula login --url %s)", err, x.url)
+				err = exitError{exitForbidden, fmt.Errorf("%w (sign in again: nebula login --url %s)", err, x.url)}
 			}
-			return err
+			return withExitCode(err)
 		},
 	}
 }
@@ -82,8 +101,88 @@ func argsOrNothing(usage string) string {
 }
 
 // group is a command whose subcommands do the work (nebula project create).
+// Without one it prints its help; with an unknown one it fails with exit
+// code 2 and suggests the nearest.
 func group(name, usage string, subs ...*cli.Command) *cli.Command {
-	return &cli.Command{Name: name, Usage: usage, Subcommands: subs}
+	return &cli.Command{Name: name, Usage: usage, Subcommands: subs, Action: unknownCommand}
+}
+
+// unknownCommand is the action of the app and of a group: help without
+// arguments, else "did you mean" and exit code 2.
+func unknownCommand(c *cli.Context) error {
+	if !c.Args().Present() {
+		if c.Command == nil || c.Command.Name == "" {
+			return cli.ShowAppHelp(c)
+		}
+		return cli.ShowSubcommandHelp(c)
+	}
+	name := c.Args().First()
+	var subs []*cli.Command
+	where := c.App.Name
+	if c.Command != nil && c.Command.Name != "" {
+		subs, where = c.Command.Subcommands, c.Command.HelpName
+	} else {
+		subs = c.App.Commands
+	}
+	msg := fmt.Sprintf("%q is not a command of %s", name, where)
+	if s := suggest(subs, name); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	return usagef("%s (see %s --help)", msg, where)
+}
+
+// suggest returns the name of the command nearest to typed (by edit
+// distance, or the one it begins), or "" when none is near enough.
+func suggest(cmds []*cli.Command, typed string) string {
+	best, bestD := "", -1
+	for _, c := range cmds {
+		if c.Hidden {
+			continue
+		}
+		for _, n := range c.Names() {
+			if n == "help" || n == "h" {
+				continue
+			}
+			d := editDistance(strings.ToLower(typed), n)
+			if len(typed) >= 2 && strings.HasPrefix(n, strings.ToLower(typed)) {
+				d = 1
+			}
+			if bestD < 0 || d < bestD {
+				best, bestD = n, d
+			}
+		}
+	}
+	if bestD < 0 || bestD > max(2, len(typed)/3) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, a transposition of
+// two neighbours counting once.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev2 := make([]int, len(rb)+1)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(rb)]
 }
 
 // interspersed parses the flags that follow the arguments, which urfave/cli
@@ -119,8 +218,16 @@ func interspersed(c *cli.Context) (args []string, help bool, err error) {
 				value = raw[i]
 			}
 		}
-		if err := c.Set(name, value); err != nil {
-			return nil, false, fmt.Errorf("invalid value %q for flag %s: %v", value, a, err)
+		// Every name of the flag, so that -o json reads as --output json
+		// (a slice flag's names share one value: set it once).
+		names := f.Names()
+		if _, slice := f.(*cli.StringSliceFlag); slice {
+			names = names[:1]
+		}
+		for _, n := range names {
+			if err := c.Set(n, value); err != nil {
+				return nil, false, fmt.Errorf("invalid value %q for flag %s: %v", value, a, err)
+			}
 		}
 	}
 	return args, false, nil
@@ -155,31 +262,34 @@ type cmdCtx struct {
 // client returns a client of the effective control plane with the effective
 // token; commands that need one fail here when there is none.
 func (x *cmdCtx) client() (*client.Client, error) {
-	url, token, err := effective(x.String("url"))
+	url, token, _, err := effective(x.String("url"), lineageString(x.Context, "context"))
 	if err != nil {
 		return nil, err
 	}
 	x.url = url
 	if token == "" && !x.public {
-		return nil, fmt.Errorf("not signed in to %s: run nebula login --url %s (or set %s)", url, url, envToken)
+		return nil, exitError{exitForbidden, fmt.Errorf("not signed in to %s: run nebula login --url %s (or set %s)", url, url, envToken)}
 	}
 	return client.New(url, token, client.WithVersion(version))
 }
 
 // address parses argument i.
 func (x *cmdCtx) address(i int, shape string) (address, error) {
-	return parseAddress(x.args[i], shape)
+	a, err := parseAddress(x.args[i], shape)
+	if err != nil {
+		return a, exitError{exitUsage, err}
+	}
+	return a, nil
 }
 
-// read calls the API and prints either the API's JSON (--json) or, through
-// human, text for people.
-func (x *cmdCtx) read(call func(ctx context.Context) error, human func() error) error {
-	var raw []byte
-	if err := call(client.CaptureBody(x.Context.Context, &raw)); err != nil {
+// read calls the API, which fills *out, and prints *out in the output
+// format (-o json, yaml, jsonl) or, through human, as text for people.
+func (x *cmdCtx) read(out any, call func(ctx context.Context) error, human func() error) error {
+	if err := call(x.Context.Context); err != nil {
 		return err
 	}
-	if x.Bool("json") {
-		return writeJSON(x.out, raw)
+	if x.machine() {
+		return x.emit(out)
 	}
 	return human()
 }
@@ -222,20 +332,6 @@ func cell(s string) string {
 		return "-"
 	}
 	return strings.NewReplacer("\t", `\t`, "\n", `\n`, "\r", `\r`).Replace(s)
-}
-
-func when(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.Local().Format("2006-01-02 15:04:05")
-}
-
-func whenPtr(t *time.Time) string {
-	if t == nil {
-		return "-"
-	}
-	return when(*t)
 }
 
 // terminal returns the file descriptor of stdin when it is a terminal.

@@ -54,14 +54,48 @@ func (x *cmdCtx) waitsForApproval(cl *client.Client, what, org, project string, 
 	return exitError{exitApproval, fmt.Errorf("%s waits for approval in change set %s", what, cs.ID)}
 }
 
-// afterDeploy follows what a deploy or rollback started when --wait asks for it.
-func (x *cmdCtx) afterDeploy(cl *client.Client, a address, res api.DeployResponse) error {
-	if !x.Bool("wait") {
-		return nil
+// deployOutcome is what deploy and rollback print with -o json: one shape
+// whether the deployment started or waits in a change set of a protected
+// environment (status waiting-for-approval, exit code 6).
+type deployOutcome struct {
+	Status     string            `json:"status"`
+	Deployment *query.Deployment `json:"deployment"`
+	Release    *query.Release    `json:"release"`
+	ChangeSet  *query.ChangeSet  `json:"changeSet"`
+}
+
+// Deploy statuses besides statusWaiting.
+const statusStarted = "started"
+
+// deployed prints what a deploy or rollback started (or that it waits for
+// approval) and follows it with --wait.
+func (x *cmdCtx) deployed(cl *client.Client, a address, res api.DeployResponse) error {
+	if x.machine() {
+		out := deployOutcome{Status: statusStarted, Deployment: res.Deployment, Release: res.Release, ChangeSet: res.ChangeSet}
+		if res.ChangeSet != nil {
+			out.Status = statusWaiting
+		}
+		if err := x.emit(out); err != nil {
+			return err
+		}
+		if res.ChangeSet != nil {
+			return exitError{exitApproval, fmt.Errorf("the deployment waits for approval in change set %s", res.ChangeSet.ID)}
+		}
+	} else if err := x.printDeploy(a, res); err != nil {
+		return err
 	}
+	return x.afterDeploy(cl, a, res)
+}
+
+// afterDeploy follows what a deploy or rollback started when --wait asks for
+// it; without --wait, a deployment that waits for approval exits with 6.
+func (x *cmdCtx) afterDeploy(cl *client.Client, a address, res api.DeployResponse) error {
 	if res.ChangeSet != nil {
 		// What waits, and how to approve it, is printed already.
 		return exitError{exitApproval, fmt.Errorf("the deployment waits for approval in change set %s", res.ChangeSet.ID)}
+	}
+	if !x.Bool("wait") {
+		return nil
 	}
 	if res.Deployment == nil {
 		return errors.New("the control plane answered without a deployment")
@@ -98,14 +132,11 @@ Example:
 			if err != nil {
 				return err
 			}
-			var res api.DeployResponse
-			if err := x.read(func(ctx context.Context) (err error) {
-				res, err = cl.Deploy(ctx, a.Org, a.Project, a.Env, a.Service, x.String("image"))
-				return
-			}, func() error { return x.printDeploy(a, res) }); err != nil {
+			res, err := cl.Deploy(x.Context.Context, a.Org, a.Project, a.Env, a.Service, x.String("image"))
+			if err != nil {
 				return err
 			}
-			return x.afterDeploy(cl, a, res)
+			return x.deployed(cl, a, res)
 		},
 	}.command()
 }
@@ -132,20 +163,17 @@ Example:
 				return err
 			}
 			if x.Int("release") <= 0 {
-				return errors.New("give the release to go back to: --release N (nebula releases " + a.String() + ")")
+				return usagef("give the release to go back to: --release N (nebula releases %s)", a)
 			}
 			cl, err := x.client()
 			if err != nil {
 				return err
 			}
-			var res api.DeployResponse
-			if err := x.read(func(ctx context.Context) (err error) {
-				res, err = cl.Rollback(ctx, a.Org, a.Project, a.Env, a.Service, x.Int("release"))
-				return
-			}, func() error { return x.printDeploy(a, res) }); err != nil {
+			res, err := cl.Rollback(x.Context.Context, a.Org, a.Project, a.Env, a.Service, x.Int("release"))
+			if err != nil {
 				return err
 			}
-			return x.afterDeploy(cl, a, res)
+			return x.deployed(cl, a, res)
 		},
 	}.command()
 }
@@ -169,7 +197,7 @@ Example:
 				return err
 			}
 			var rs []query.Release
-			return x.read(func(ctx context.Context) (err error) {
+			return x.read(&rs, func(ctx context.Context) (err error) {
 				rs, err = cl.Releases(ctx, a.Org, a.Project, a.Env, a.Service)
 				return
 			}, func() error {
@@ -211,7 +239,7 @@ Example:
 				return err
 			}
 			var ds []api.DeploymentView
-			return x.read(func(ctx context.Context) (err error) {
+			return x.read(&ds, func(ctx context.Context) (err error) {
 				ds, err = cl.Deployments(ctx, a.Org, a.Project, a.Env, a.Service, x.Int("limit"))
 				return
 			}, func() error {
@@ -236,19 +264,20 @@ until it succeeds, fails or is superseded. On a terminal one line shows the
 stage, the pods ready and the time taken, and each stage done stays as a line;
 otherwise (piped) one plain line per stage. A stalled rollout and a cluster
 that is disconnected (the delivery blocker) are shown when they happen. A lost
-connection is made again and the watch resumes where it was. With --json,
-each event is printed as one JSON line.
+connection is made again and the watch resumes where it was. With -o json
+(or --json, -o jsonl), each event is printed as one JSON line, as it comes:
+{"event": "deployment"|"stage", "data": {...}}.
 
 Example:
    nebula deployments watch acme/shop/production/api
    nebula deployments watch acme/shop/production/api 5d0c1f5e-1b7a-4a5e-9a53-2f3a4e9b8c71 --timeout 30m
 
 ` + exitCodesHelp,
-			flags: []cli.Flag{timeoutFlag(), &cli.BoolFlag{Name: "json", Usage: "print each event as a JSON line"}},
-			nargs: -1,
+			flags: []cli.Flag{timeoutFlag()},
+			json:  true, nargs: -1,
 			run: func(x *cmdCtx) error {
 				if len(x.args) < 1 || len(x.args) > 2 {
-					return fmt.Errorf("want %s [DEPLOYMENT], got %d argument(s) (see --help)", shapeTarget, len(x.args))
+					return usagef("want %s [DEPLOYMENT], got %d argument(s) (see --help)", shapeTarget, len(x.args))
 				}
 				a, err := x.address(0, shapeTarget)
 				if err != nil {
@@ -275,7 +304,7 @@ Example:
 			json: true, nargs: -1,
 			run: func(x *cmdCtx) error {
 				if len(x.args) < 1 || len(x.args) > 2 {
-					return fmt.Errorf("want %s [DEPLOYMENT], got %d argument(s) (see --help)", shapeTarget, len(x.args))
+					return usagef("want %s [DEPLOYMENT], got %d argument(s) (see --help)", shapeTarget, len(x.args))
 				}
 				a, err := x.address(0, shapeTarget)
 				if err != nil {
@@ -290,7 +319,7 @@ Example:
 					return err
 				}
 				var d api.DeploymentDetail
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&d, func(ctx context.Context) (err error) {
 					d, err = cl.Deployment(ctx, a.Org, a.Project, a.Env, a.Service, id)
 					return
 				}, func() error {
@@ -382,7 +411,7 @@ Example:
 					return err
 				}
 				var cs []query.ChangeSet
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&cs, func(ctx context.Context) (err error) {
 					cs, err = cl.ChangeSets(ctx, a.Org, a.Project, a.Env, x.String("status"))
 					return
 				}, func() error {
@@ -430,7 +459,7 @@ Example:
 					return err
 				}
 				var cs api.ChangeSetView
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&cs, func(ctx context.Context) (err error) {
 					cs, err = cl.ChangeSet(ctx, a.Org, a.Project, a.Env, x.args[1])
 					return
 				}, func() error {
@@ -469,7 +498,7 @@ Example:
 					version = cur.Version
 				}
 				var cs query.ChangeSet
-				err = x.read(func(ctx context.Context) (err error) {
+				err = x.read(&cs, func(ctx context.Context) (err error) {
 					cs, err = cl.ApproveChangeSet(ctx, a.Org, a.Project, a.Env, id, version)
 					return
 				}, func() error { return decided(x, cs) })
@@ -497,7 +526,7 @@ Example:
 					return err
 				}
 				var cs query.ChangeSet
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&cs, func(ctx context.Context) (err error) {
 					cs, err = cl.RejectChangeSet(ctx, a.Org, a.Project, a.Env, x.args[1], x.String("reason"))
 					return
 				}, func() error { return decided(x, cs) })
@@ -577,7 +606,7 @@ Example:
 			q.Revision = x.Int("revision")
 			if x.String("at") != "" {
 				if q.Revision != 0 {
-					return errors.New("give either --revision or --at, not both")
+					return usagef("give either --revision or --at, not both")
 				}
 				if q.At, err = parseWhen(x.String("at"), timeNow()); err != nil {
 					return err
@@ -592,8 +621,8 @@ Example:
 			if err != nil {
 				return err
 			}
-			if !x.Bool("summary") || x.Bool("json") {
-				return writeJSON(x.out, raw)
+			if !x.Bool("summary") || x.machine() {
+				return x.emitRaw(raw)
 			}
 			x.printSummary(rev)
 			return nil
@@ -622,13 +651,13 @@ func (x *cmdCtx) printSummary(rev projections.Revision) {
 
 func clusterCommand() *cli.Command {
 	joinToken := func(x *cmdCtx, t api.CreatedJoinToken) {
-		x.printf("\nJoin token (valid until %s):\n\n    %s\n\n", when(t.ExpiresAt), t.Token)
+		x.printf("\nJoin token (valid until %s):\n\n    %s\n\n", at(t.ExpiresAt), t.Token)
 		x.printf("It is shown only this once: keep it until the server is installed. A server joins\nthe cluster with it; revoke it with nebula cluster token revoke when no longer needed.\n")
 	}
 	hours := func() cli.Flag {
 		return &cli.IntFlag{Name: "expires-in-hours", Usage: "the join token's life in hours (1-720; default 24)"}
 	}
-	return group("cluster", "create and list clusters, and issue their join tokens",
+	return group("cluster", "create, list, show and delete clusters, and issue their join tokens",
 		spec{
 			name: "create", usage: "create a cluster and its first join token", argsUsage: shapeCluster,
 			description: `Creates a cluster of the organisation and prints its first join token once.
@@ -647,7 +676,7 @@ Example:
 					return err
 				}
 				var res api.ClusterResponse
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&res, func(ctx context.Context) (err error) {
 					res, err = cl.CreateCluster(ctx, a.Org, api.CreateClusterRequest{Name: a.Cluster, ExpiresInHours: x.Int("expires-in-hours")})
 					return
 				}, func() error {
@@ -659,33 +688,9 @@ Example:
 				})
 			},
 		}.command(),
-		spec{
-			name: "list", usage: "list the clusters of an organisation", argsUsage: shapeOrg,
-			description: `Lists the clusters of an organisation and how many servers each has.
-
-Example:
-   nebula cluster list acme`,
-			json: true, nargs: 1,
-			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeOrg)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
-				if err != nil {
-					return err
-				}
-				var cs []query.Cluster
-				return x.read(func(ctx context.Context) (err error) { cs, err = cl.Clusters(ctx, a.Org); return }, func() error {
-					var rows [][]string
-					for _, c := range cs {
-						rows = append(rows, []string{c.Name, strconv.Itoa(c.Servers), when(c.CreatedAt)})
-					}
-					x.table("NAME\tSERVERS\tCREATED", rows)
-					return nil
-				})
-			},
-		}.command(),
+		clusterListCommand(),
+		clusterGetCommand(),
+		clusterDeleteCommand(),
 		clusterManifestCommand(hours()),
 		group("token", "issue, list and revoke join tokens",
 			spec{
@@ -706,7 +711,7 @@ Example:
 						return err
 					}
 					var t api.CreatedJoinToken
-					return x.read(func(ctx context.Context) (err error) {
+					return x.read(&t, func(ctx context.Context) (err error) {
 						t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, api.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
 						return
 					}, func() error {
@@ -733,7 +738,7 @@ Example:
 						return err
 					}
 					var ts []query.JoinToken
-					return x.read(func(ctx context.Context) (err error) { ts, err = cl.JoinTokens(ctx, a.Org, a.Cluster); return }, func() error {
+					return x.read(&ts, func(ctx context.Context) (err error) { ts, err = cl.JoinTokens(ctx, a.Org, a.Cluster); return }, func() error {
 						var rows [][]string
 						for _, t := range ts {
 							status := "valid"
@@ -752,11 +757,12 @@ Example:
 			}.command(),
 			spec{
 				name: "revoke", usage: "revoke a join token", argsUsage: shapeCluster + " TOKEN_ID",
-				description: `Revokes a join token: no server joins the cluster with it any more.
+				description: `Revokes a join token: no server joins the cluster with it any more. Asks first
+on a terminal; give --yes otherwise.
 
 Example:
-   nebula cluster token revoke acme/eu-1 3f1e2d4c-5b6a-4789-8c9d-0e1f2a3b4c5d`,
-				nargs: 2,
+   nebula cluster token revoke acme/eu-1 3f1e2d4c-5b6a-4789-8c9d-0e1f2a3b4c5d --yes`,
+				nargs: 2, destructive: true,
 				run: func(x *cmdCtx) error {
 					a, err := x.address(0, shapeCluster)
 					if err != nil {
@@ -764,6 +770,9 @@ Example:
 					}
 					cl, err := x.client()
 					if err != nil {
+						return err
+					}
+					if err := x.confirm("Revoke join token " + x.args[1] + " of " + a.String()); err != nil {
 						return err
 					}
 					if err := cl.RevokeJoinToken(x.Context.Context, a.Org, a.Cluster, x.args[1]); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -13,10 +12,14 @@ func logsCommand() *cli.Command {
 	return spec{
 		name: "logs", usage: "show a service's container logs (kept 7 days)", argsUsage: shapeTarget,
 		description: `Prints the latest lines of a service's containers in an environment, as its
-cluster's agent streams them; --follow keeps printing new lines until interrupted.
+cluster's agent streams them, each with its time (RFC 3339) and pod; --follow
+keeps printing new lines until interrupted. With -o json or -o yaml the lines
+are one array; with -o jsonl, and with --follow and -o json, each line is one
+line of JSON as it comes.
 
 Example:
-   nebula logs acme/shop/production/api --follow`,
+   nebula logs acme/shop/production/api --follow
+   nebula logs acme/shop/production/api --lines 500 -o json`,
 		flags: []cli.Flag{
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new lines"},
 			&cli.IntFlag{Name: "lines", Value: 100, Usage: "how many of the latest lines to start with (1-5000)"},
@@ -31,24 +34,33 @@ Example:
 			if err != nil {
 				return err
 			}
+			format, follow := x.format(), x.Bool("follow")
+			if follow && format == outYAML {
+				return usagef("--follow prints JSON lines (-o json or -o jsonl), not YAML")
+			}
+			lines := format == outJSONL || (follow && format == outJSON)
 			var cursor int64
-			print := func(p api.LogPage) {
-				for _, l := range p.Lines {
-					if x.Bool("json") {
-						b, _ := json.Marshal(l)
-						x.printf("%s\n", b)
-						continue
-					}
-					x.printf("%s %s %s\n", l.Time.Local().Format("2006-01-02 15:04:05"), l.Pod, l.Text)
-				}
+			print := func(p api.LogPage) error {
 				cursor = p.NextCursor
+				if lines {
+					return emitTo(x.out, outJSONL, p.Lines)
+				}
+				for _, l := range p.Lines {
+					x.printf("%s %s %s\n", l.Time.Local().Format(time.RFC3339), l.Pod, l.Text)
+				}
+				return nil
 			}
 			ctx := x.Context.Context
 			page, err := cl.Logs(ctx, a.Org, a.Project, a.Env, a.Service, 0, x.Int("lines"))
 			if err != nil {
 				return err
 			}
-			print(page)
+			if format != outTable && !lines {
+				return x.emit(page.Lines)
+			}
+			if err := print(page); err != nil {
+				return err
+			}
 			for x.Bool("follow") {
 				select {
 				case <-ctx.Done():
@@ -62,7 +74,9 @@ Example:
 					}
 					return err
 				}
-				print(page)
+				if err := print(page); err != nil {
+					return err
+				}
 			}
 			return nil
 		},

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -33,11 +32,7 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nebula:", err)
-		var ee exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -47,13 +42,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	app := &cli.App{
 		Name:      "nebula",
 		Usage:     "the NebulaCtrl deployment control plane and its client",
+		UsageText: "nebula [global options] command [subcommand] [options] [arguments]",
 		Version:   version,
 		Reader:    stdin,
 		Writer:    stdout,
 		ErrWriter: stderr,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "env-file", Value: ".env", Usage: "read NEBULACTRL_* settings from this file (the environment wins)", EnvVars: []string{"NEBULACTRL_ENV_FILE"}},
-		},
+			contextFlag(), yesFlag(),
+		}, outputFlags()...),
+		// Unknown commands: "did you mean", exit code 2 (clientcmd.go).
+		Action:               unknownCommand,
+		EnableBashCompletion: true,
 		Commands: []*cli.Command{
 			serveCommand(),
 			logsCommand(),
@@ -79,8 +79,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			stateCommand(),
 			tokenCommand(),
 			settingsCommand(),
+			contextCommand(),
+			serverCommand(),
+			completionCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
+	uniformUsage(app)
 	return app.RunContext(ctx, args)
 }

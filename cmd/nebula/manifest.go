@@ -115,7 +115,7 @@ Example:
 				return nil
 			}
 			var t api.CreatedJoinToken
-			return x.read(func(ctx context.Context) (err error) {
+			return x.read(&t, func(ctx context.Context) (err error) {
 				t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, api.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
 				return
 			}, func() error {

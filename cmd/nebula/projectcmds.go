@@ -40,7 +40,7 @@ Example:
 					return err
 				}
 				var p query.Project
-				return x.read(func(ctx context.Context) (err error) { p, err = cl.CreateProject(ctx, a.Org, a.Project); return }, func() error {
+				return x.read(&p, func(ctx context.Context) (err error) { p, err = cl.CreateProject(ctx, a.Org, a.Project); return }, func() error {
 					x.printf("Created project %s/%s.\n", a.Org, p.Name)
 					return nil
 				})
@@ -63,7 +63,7 @@ Example:
 					return err
 				}
 				var ps []query.Project
-				return x.read(func(ctx context.Context) (err error) { ps, err = cl.Projects(ctx, a.Org); return }, func() error {
+				return x.read(&ps, func(ctx context.Context) (err error) { ps, err = cl.Projects(ctx, a.Org); return }, func() error {
 					var rows [][]string
 					for _, p := range ps {
 						rows = append(rows, []string{p.Name, when(p.CreatedAt)})
@@ -75,11 +75,12 @@ Example:
 		}.command(),
 		spec{
 			name: "delete", usage: "delete a project with its environments and services", argsUsage: shapeProject,
-			description: `Deletes a project, its environments and its services.
+			description: `Deletes a project, its environments and its services. Asks first on a
+terminal; give --yes otherwise.
 
 Example:
-   nebula project delete acme/shop`,
-			nargs: 1,
+   nebula project delete acme/shop --yes`,
+			nargs: 1, destructive: true,
 			run: func(x *cmdCtx) error {
 				a, err := x.address(0, shapeProject)
 				if err != nil {
@@ -87,6 +88,9 @@ Example:
 				}
 				cl, err := x.client()
 				if err != nil {
+					return err
+				}
+				if err := x.confirm("Delete project " + a.String() + " with its environments and services"); err != nil {
 					return err
 				}
 				cs, err := cl.DeleteProject(x.Context.Context, a.Org, a.Project)
@@ -104,7 +108,7 @@ Example:
 }
 
 func envCommand() *cli.Command {
-	return group("env", "create, list and delete environments",
+	return group("env", "create, list, change and delete environments",
 		spec{
 			name: "create", usage: "create an environment on a cluster", argsUsage: shapeEnv,
 			description: `Creates an environment of a project on a cluster of the organisation. In a
@@ -124,14 +128,14 @@ Example:
 					return err
 				}
 				if x.String("cluster") == "" {
-					return errors.New("give the cluster the environment runs on: --cluster CLUSTER (nebula cluster list " + a.Org + ")")
+					return exitError{exitUsage, errors.New("give the cluster the environment runs on: --cluster CLUSTER (nebula cluster list " + a.Org + ")")}
 				}
 				cl, err := x.client()
 				if err != nil {
 					return err
 				}
 				var e query.Environment
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&e, func(ctx context.Context) (err error) {
 					e, err = cl.CreateEnvironment(ctx, a.Org, a.Project, api.CreateEnvironmentRequest{Name: a.Env, Cluster: x.String("cluster"), Protected: x.Bool("protected")})
 					return
 				}, func() error {
@@ -161,7 +165,7 @@ Example:
 					return err
 				}
 				var es []query.Environment
-				return x.read(func(ctx context.Context) (err error) { es, err = cl.Environments(ctx, a.Org, a.Project); return }, func() error {
+				return x.read(&es, func(ctx context.Context) (err error) { es, err = cl.Environments(ctx, a.Org, a.Project); return }, func() error {
 					var rows [][]string
 					for _, e := range es {
 						rows = append(rows, []string{e.Name, cell(e.ClusterName), yesNo(e.Protected), when(e.CreatedAt)})
@@ -172,12 +176,79 @@ Example:
 			},
 		}.command(),
 		spec{
-			name: "delete", usage: "delete an environment", argsUsage: shapeEnv,
-			description: `Deletes an environment; what runs for it is removed from its cluster.
+			name: "update", usage: "change an environment's cluster or protection", argsUsage: shapeEnv,
+			description: `Moves an environment to another cluster of the organisation, or protects or
+unprotects it. Unprotecting a protected environment, like any change to it,
+waits in a change set for someone else's approval (exit code 6).
 
 Example:
-   nebula env delete acme/shop/staging`,
-			nargs: 1,
+   nebula env update acme/shop/staging --protected
+   nebula env update acme/shop/production --protected=false
+   nebula env update acme/shop/staging --cluster eu-2`,
+			flags: []cli.Flag{
+				&cli.StringFlag{Name: "cluster", Usage: "the cluster to run on"},
+				&cli.BoolFlag{Name: "protected", Usage: "changes wait for someone else's approval (--protected=false to lift it)"},
+			},
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeEnv)
+				if err != nil {
+					return err
+				}
+				var req api.UpdateEnvironmentRequest
+				if x.IsSet("cluster") {
+					c := x.String("cluster")
+					req.Cluster = &c
+				}
+				if x.IsSet("protected") {
+					p := x.Bool("protected")
+					req.Protected = &p
+				}
+				if req.Cluster == nil && req.Protected == nil {
+					return usagef("nothing to change: give --cluster CLUSTER, --protected or --protected=false")
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				e, cs, err := cl.UpdateEnvironment(x.Context.Context, a.Org, a.Project, a.Env, req)
+				if err != nil {
+					return err
+				}
+				out := envUpdate{Status: statusDone, ChangeSet: cs}
+				if cs == nil {
+					out.Environment = &e
+				} else {
+					out.Status = statusWaiting
+				}
+				if x.machine() {
+					if err := x.emit(out); err != nil {
+						return err
+					}
+					if cs != nil {
+						return exitError{exitApproval, fmt.Errorf("the change of %s waits for approval in change set %s", a, cs.ID)}
+					}
+					return nil
+				}
+				if cs != nil {
+					return x.waitsForApproval(cl, "Changing environment "+a.String(), a.Org, a.Project, cs)
+				}
+				prot := "not protected"
+				if e.Protected {
+					prot = "protected: changes wait for approval"
+				}
+				x.printf("Updated environment %s: cluster %s, %s.\n", a, e.ClusterName, prot)
+				return nil
+			},
+		}.command(),
+		spec{
+			name: "delete", usage: "delete an environment", argsUsage: shapeEnv,
+			description: `Deletes an environment; what runs for it is removed from its cluster. Asks
+first on a terminal; give --yes otherwise.
+
+Example:
+   nebula env delete acme/shop/staging --yes`,
+			nargs: 1, destructive: true,
 			run: func(x *cmdCtx) error {
 				a, err := x.address(0, shapeEnv)
 				if err != nil {
@@ -185,6 +256,9 @@ Example:
 				}
 				cl, err := x.client()
 				if err != nil {
+					return err
+				}
+				if err := x.confirm("Delete environment " + a.String() + " and remove what runs for it"); err != nil {
 					return err
 				}
 				cs, err := cl.DeleteEnvironment(x.Context.Context, a.Org, a.Project, a.Env)
@@ -199,6 +273,28 @@ Example:
 			},
 		}.command(),
 	)
+}
+
+// Statuses of a change that may wait in a change set (the JSON's "status").
+const (
+	statusDone    = "done"
+	statusWaiting = "waiting-for-approval"
+)
+
+// domainOutcome is what domain add prints with -o json: the same shape
+// whether the host is routed or the change waits in a change set.
+type domainOutcome struct {
+	Status    string           `json:"status"`
+	Domain    *query.Domain    `json:"domain"`
+	ChangeSet *query.ChangeSet `json:"changeSet"`
+}
+
+// envUpdate is what env update prints with -o json: the same shape whether
+// the change is done or waits in a change set.
+type envUpdate struct {
+	Status      string             `json:"status"`
+	Environment *query.Environment `json:"environment"`
+	ChangeSet   *query.ChangeSet   `json:"changeSet"`
 }
 
 func yesNo(b bool) string {
@@ -221,7 +317,7 @@ func (x *cmdCtx) deadline(req *api.ServiceRequest) error {
 	}
 	d := x.Duration("progress-deadline")
 	if d < 0 || d%time.Second != 0 {
-		return fmt.Errorf("--progress-deadline %s: give whole seconds (such as 90s or 10m), or 0 for the default", d)
+		return usagef("--progress-deadline %s: give whole seconds (such as 90s or 10m), or 0 for the default", d)
 	}
 	secs := int(d / time.Second)
 	req.ProgressDeadlineSeconds = &secs
@@ -263,13 +359,13 @@ Example:
 				req := api.ServiceRequest{Name: a.Service, Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
 				switch {
 				case req.Image != "" && req.GitURL != "":
-					return errors.New("give either --image or --git, not both")
+					return exitError{exitUsage, errors.New("give either --image or --git, not both")}
 				case req.Image == "" && req.GitURL == "":
-					return errors.New("give the service's source: --image IMAGE, or --git URL --branch BRANCH")
+					return exitError{exitUsage, errors.New("give the service's source: --image IMAGE, or --git URL --branch BRANCH")}
 				case req.GitURL != "" && req.GitBranch == "":
-					return errors.New("--git needs --branch")
+					return exitError{exitUsage, errors.New("--git needs --branch")}
 				case req.Image != "" && req.GitBranch != "":
-					return errors.New("--branch goes with --git, not --image")
+					return exitError{exitUsage, errors.New("--branch goes with --git, not --image")}
 				}
 				if x.IsSet("port") {
 					p := x.Int("port")
@@ -287,7 +383,7 @@ Example:
 					return err
 				}
 				var s query.Service
-				return x.read(func(ctx context.Context) (err error) { s, err = cl.CreateService(ctx, a.Org, a.Project, req); return }, func() error {
+				return x.read(&s, func(ctx context.Context) (err error) { s, err = cl.CreateService(ctx, a.Org, a.Project, req); return }, func() error {
 					x.printf("Created service %s (%s).\n", a, source(s.Source))
 					return nil
 				})
@@ -318,11 +414,11 @@ Example:
 				req := api.ServiceRequest{Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
 				switch {
 				case req.Image != "" && req.GitURL != "":
-					return errors.New("give either --image or --git, not both")
+					return exitError{exitUsage, errors.New("give either --image or --git, not both")}
 				case req.GitURL != "" && req.GitBranch == "":
-					return errors.New("--git needs --branch")
+					return exitError{exitUsage, errors.New("--git needs --branch")}
 				case req.GitURL == "" && req.GitBranch != "":
-					return errors.New("--branch goes with --git")
+					return exitError{exitUsage, errors.New("--branch goes with --git")}
 				}
 				if x.IsSet("port") {
 					p := x.Int("port")
@@ -336,14 +432,14 @@ Example:
 					return err
 				}
 				if req.Image == "" && req.GitURL == "" && req.Port == nil && req.Replicas == nil && req.ProgressDeadlineSeconds == nil {
-					return errors.New("nothing to change: give --image, --git/--branch, --port, --replicas or --progress-deadline")
+					return exitError{exitUsage, errors.New("nothing to change: give --image, --git/--branch, --port, --replicas or --progress-deadline")}
 				}
 				cl, err := x.client()
 				if err != nil {
 					return err
 				}
 				var s query.Service
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&s, func(ctx context.Context) (err error) {
 					s, err = cl.UpdateService(ctx, a.Org, a.Project, a.Service, req)
 					return
 				}, func() error {
@@ -370,7 +466,7 @@ Example:
 					return err
 				}
 				var t api.TargetView
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&t, func(ctx context.Context) (err error) {
 					t, err = cl.ResumeDeploys(ctx, a.Org, a.Project, a.Env, a.Service)
 					return
 				}, func() error {
@@ -399,7 +495,7 @@ Example:
 					return err
 				}
 				var ss []query.Service
-				return x.read(func(ctx context.Context) (err error) { ss, err = cl.Services(ctx, a.Org, a.Project); return }, func() error {
+				return x.read(&ss, func(ctx context.Context) (err error) { ss, err = cl.Services(ctx, a.Org, a.Project); return }, func() error {
 					var rows [][]string
 					for _, s := range ss {
 						rows = append(rows, []string{s.Name, source(s.Source), processes(s.Processes), when(s.CreatedAt)})
@@ -412,11 +508,12 @@ Example:
 		spec{
 			name: "delete", usage: "delete a service everywhere", argsUsage: shapeService,
 			description: `Deletes a service from every environment of its project; services whose
-variables reference it are held until the references are fixed.
+variables reference it are held until the references are fixed. Asks first on
+a terminal; give --yes otherwise.
 
 Example:
-   nebula service delete acme/shop/worker`,
-			nargs: 1,
+   nebula service delete acme/shop/worker --yes`,
+			nargs: 1, destructive: true,
 			run: func(x *cmdCtx) error {
 				a, err := x.address(0, shapeService)
 				if err != nil {
@@ -424,6 +521,9 @@ Example:
 				}
 				cl, err := x.client()
 				if err != nil {
+					return err
+				}
+				if err := x.confirm("Delete service " + a.String() + " from every environment"); err != nil {
 					return err
 				}
 				cs, err := cl.DeleteService(x.Context.Context, a.Org, a.Project, a.Service)
@@ -466,6 +566,11 @@ func processes(ps []domain.Process) string {
 	return strings.Join(out, ",")
 }
 
+// waiting is the error of a change that waits in a change set: exit code 6.
+func waiting(cs *query.ChangeSet) error {
+	return exitError{exitApproval, fmt.Errorf("the change waits for approval in change set %s (version %d)", cs.ID, cs.Version)}
+}
+
 // changeSetNote tells that a change waits in a change set.
 func (x *cmdCtx) changeSetNote(a address, cs *query.ChangeSet) {
 	env := address{Org: a.Org, Project: a.Project, Env: a.Env}
@@ -491,7 +596,7 @@ Example:
 			json:  true, nargs: -1,
 			run: func(x *cmdCtx) error {
 				if len(x.args) < 2 {
-					return fmt.Errorf("want %s KEY=VALUE..., got %d argument(s)", shapeEnvOrTarget, len(x.args))
+					return usagef("want %s KEY=VALUE..., got %d argument(s)", shapeEnvOrTarget, len(x.args))
 				}
 				a, err := x.address(0, shapeEnvOrTarget)
 				if err != nil {
@@ -514,7 +619,7 @@ Example:
 							if len(kvs) == 1 {
 								hint = " (to read a secret's value from stdin: --secret " + kv + ")"
 							}
-							return fmt.Errorf("want KEY=VALUE, got %q%s", kv, hint)
+							return usagef("want KEY=VALUE, got %q%s", kv, hint)
 						}
 						vars = append(vars, api.VariableInput{Name: k, Value: v, Secret: secret})
 					}
@@ -524,7 +629,7 @@ Example:
 					return err
 				}
 				var res api.VariablesResponse
-				return x.read(func(ctx context.Context) (err error) {
+				err = x.read(&res, func(ctx context.Context) (err error) {
 					res, err = cl.SetVariables(ctx, a.Org, a.Project, a.Env, a.Service, vars)
 					return
 				}, func() error {
@@ -542,6 +647,10 @@ Example:
 					x.printf("Set %s on %s.\n", strings.Join(names, ", "), a)
 					return nil
 				})
+				if err == nil && res.ChangeSet != nil {
+					return waiting(res.ChangeSet)
+				}
+				return err
 			},
 		}.command(),
 		spec{
@@ -562,7 +671,7 @@ Example:
 					return err
 				}
 				var vs []query.Variable
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&vs, func(ctx context.Context) (err error) {
 					vs, err = cl.Variables(ctx, a.Org, a.Project, a.Env, a.Service)
 					return
 				}, func() error {
@@ -581,14 +690,15 @@ Example:
 		}.command(),
 		spec{
 			name: "unset", usage: "unset variables", argsUsage: shapeEnvOrTarget + " KEY...",
-			description: `Unsets variables environment-wide or of one service.
+			description: `Unsets variables environment-wide or of one service. Asks first on a terminal;
+give --yes otherwise.
 
 Example:
-   nebula var unset acme/shop/production/api LOG_LEVEL DEBUG`,
-			nargs: -1,
+   nebula var unset acme/shop/production/api LOG_LEVEL DEBUG --yes`,
+			nargs: -1, destructive: true,
 			run: func(x *cmdCtx) error {
 				if len(x.args) < 2 {
-					return fmt.Errorf("want %s KEY..., got %d argument(s)", shapeEnvOrTarget, len(x.args))
+					return usagef("want %s KEY..., got %d argument(s)", shapeEnvOrTarget, len(x.args))
 				}
 				a, err := x.address(0, shapeEnvOrTarget)
 				if err != nil {
@@ -598,16 +708,24 @@ Example:
 				if err != nil {
 					return err
 				}
+				if err := x.confirm("Unset " + strings.Join(x.args[1:], ", ") + " on " + a.String()); err != nil {
+					return err
+				}
+				var cs *query.ChangeSet
 				for _, k := range x.args[1:] {
 					res, err := cl.UnsetVariable(x.Context.Context, a.Org, a.Project, a.Env, a.Service, k)
 					if err != nil {
 						return fmt.Errorf("unsetting %s: %w", k, err)
 					}
 					if res.ChangeSet != nil {
+						cs = res.ChangeSet
 						x.changeSetNote(a, res.ChangeSet)
 					} else {
 						x.printf("Unset %s on %s.\n", k, a)
 					}
+				}
+				if cs != nil {
+					return waiting(cs)
 				}
 				return nil
 			},
@@ -654,8 +772,13 @@ Example:
 					return err
 				}
 				var res client.DomainResult
-				return x.read(func(ctx context.Context) (err error) {
+				var out domainOutcome
+				err = x.read(&out, func(ctx context.Context) (err error) {
 					res, err = cl.AddDomain(ctx, a.Org, a.Project, a.Env, a.Service, x.args[1])
+					out = domainOutcome{Status: statusDone, Domain: res.Domain, ChangeSet: res.ChangeSet}
+					if res.ChangeSet != nil {
+						out.Status = statusWaiting
+					}
 					return
 				}, func() error {
 					if res.ChangeSet != nil {
@@ -665,15 +788,20 @@ Example:
 					x.printf("Routed %s to %s.\n", res.Domain.Host, a)
 					return nil
 				})
+				if err == nil && res.ChangeSet != nil {
+					return waiting(res.ChangeSet)
+				}
+				return err
 			},
 		}.command(),
 		spec{
 			name: "remove", usage: "stop routing a host name", argsUsage: shapeTarget + " HOST",
-			description: `Stops routing a host name to a service.
+			description: `Stops routing a host name to a service. Asks first on a terminal; give --yes
+otherwise.
 
 Example:
-   nebula domain remove acme/shop/production/web shop.example.com`,
-			nargs: 2,
+   nebula domain remove acme/shop/production/web shop.example.com --yes`,
+			nargs: 2, destructive: true,
 			run: func(x *cmdCtx) error {
 				a, err := x.address(0, shapeTarget)
 				if err != nil {
@@ -683,13 +811,16 @@ Example:
 				if err != nil {
 					return err
 				}
+				if err := x.confirm("Stop routing " + x.args[1] + " to " + a.String()); err != nil {
+					return err
+				}
 				cs, err := cl.RemoveDomain(x.Context.Context, a.Org, a.Project, a.Env, a.Service, x.args[1])
 				if err != nil {
 					return err
 				}
 				if cs != nil {
 					x.changeSetNote(a, cs)
-					return nil
+					return waiting(cs)
 				}
 				x.printf("Stopped routing %s to %s.\n", x.args[1], a)
 				return nil
@@ -712,7 +843,7 @@ Example:
 					return err
 				}
 				var ds []query.Domain
-				return x.read(func(ctx context.Context) (err error) {
+				return x.read(&ds, func(ctx context.Context) (err error) {
 					ds, err = cl.Domains(ctx, a.Org, a.Project, a.Env, a.Service)
 					return
 				}, func() error {

@@ -75,6 +75,8 @@ type watcher struct {
 	a    address
 	tty  bool
 	json bool
+	// events prints each event as a JSON line.
+	events bool
 	// now is the local clock; the elapsed time counts from the request,
 	// as far as the clocks agree.
 	now func() time.Time
@@ -102,7 +104,11 @@ func watchDeployment(x *cmdCtx, cl *client.Client, a address, id string, timeout
 	parent := x.Context.Context
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	w := &watcher{x: x, a: a, tty: stdoutIsTerminal(x.out) && !x.Bool("json"), json: x.Bool("json"), now: timeNow}
+	// With -o json (or yaml, jsonl) deployments watch prints each event as
+	// one JSON line; deploy --wait and rollback --wait printed their JSON
+	// already and follow quietly: the exit code says how it ended.
+	machine := x.machine()
+	w := &watcher{x: x, a: a, tty: stdoutIsTerminal(x.out) && !machine, json: machine, events: machine && x.Command.Name == "watch", now: timeNow}
 	events := make(chan client.DeploymentEvent)
 	done := make(chan error, 1)
 	go func() {
@@ -199,7 +205,7 @@ func (w *watcher) handle(e client.DeploymentEvent) *outcome {
 		return nil
 	}
 	w.reconnect = ""
-	if w.json {
+	if w.events {
 		w.printJSON(e)
 	}
 	switch {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -57,17 +56,6 @@ func (r *running) wait(t *testing.T) (int, string) {
 		t.Fatalf("the command did not end; stdout so far:\n%s\nstderr:\n%s", r.out.String(), r.errb.String())
 	}
 	return 0, ""
-}
-
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	var ee exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	return 1
 }
 
 var followingRE = regexp.MustCompile(`Following deployment ([0-9a-f-]{36})`)

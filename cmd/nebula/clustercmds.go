@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nebulactrl/nebulactrl/client"
+	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+// clusterView is a cluster as cluster list and cluster get print it: the
+// cluster, whether its agents are connected, and the agent versions its
+// servers run.
+type clusterView struct {
+	query.Cluster
+	Status   query.ClusterStatus `json:"status"`
+	Versions []string            `json:"versions"`
+}
+
+// serverView is a server as server list prints it, with its state:
+// Connected, Disconnected (no heartbeat for a minute, or never connected)
+// or Revoked.
+type serverView struct {
+	query.Server
+	State string `json:"state"`
+}
+
+// Server states.
+const (
+	serverRevoked = "Revoked"
+)
+
+func viewServers(ss []query.Server, now time.Time) []serverView {
+	out := make([]serverView, 0, len(ss))
+	for _, s := range ss {
+		st := query.StateDisconnected
+		switch {
+		case s.RevokedAt != nil:
+			st = serverRevoked
+		case s.Connected && s.LastHeartbeatAt != nil && now.Sub(*s.LastHeartbeatAt) < transport.DisconnectedAfter:
+			st = query.StateConnected
+		}
+		out = append(out, serverView{Server: s, State: st})
+	}
+	return out
+}
+
+// versions lists the agent versions of the servers in force, each once.
+func versions(ss []query.Server) []string {
+	out := []string{}
+	for _, s := range ss {
+		if s.RevokedAt == nil && s.Version != "" && !slices.Contains(out, s.Version) {
+			out = append(out, s.Version)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// viewCluster reads a cluster's status and servers.
+func viewCluster(ctx context.Context, cl *client.Client, org, name string) (clusterView, error) {
+	c, err := cl.Cluster(ctx, org, name)
+	if err != nil {
+		return clusterView{}, err
+	}
+	ss, err := cl.Servers(ctx, org, name)
+	if err != nil {
+		return clusterView{}, err
+	}
+	return clusterView{Cluster: c.Cluster, Status: c.Status, Versions: versions(ss)}, nil
+}
+
+func clusterListCommand() *cli.Command {
+	return spec{
+		name: "list", usage: "list the clusters of an organisation with their state", argsUsage: shapeOrg,
+		description: `Lists the clusters of an organisation: Connected when one of its servers' agents
+sent a heartbeat in the last minute, else Disconnected; the last heartbeat;
+how many servers it has and the agent versions they run.
+
+Example:
+   nebula cluster list acme`,
+		json: true, nargs: 1,
+		run: func(x *cmdCtx) error {
+			a, err := x.address(0, shapeOrg)
+			if err != nil {
+				return err
+			}
+			cl, err := x.client()
+			if err != nil {
+				return err
+			}
+			var views []clusterView
+			return x.read(&views, func(ctx context.Context) error {
+				cs, err := cl.Clusters(ctx, a.Org)
+				if err != nil {
+					return err
+				}
+				views = []clusterView{}
+				for _, c := range cs {
+					v, err := viewCluster(ctx, cl, a.Org, c.Name)
+					if client.IsStatus(err, 404) {
+						continue // deleted meanwhile
+					}
+					if err != nil {
+						return err
+					}
+					views = append(views, v)
+				}
+				return nil
+			}, func() error {
+				var rows [][]string
+				for _, v := range views {
+					rows = append(rows, []string{v.Name, v.Status.State, whenPtr(v.Status.LastHeartbeatAt), strconv.Itoa(v.Servers),
+						cell(strings.Join(v.Versions, ",")), when(v.CreatedAt)})
+				}
+				x.table("NAME\tSTATE\tLAST HEARTBEAT\tSERVERS\tVERSIONS\tCREATED", rows)
+				return nil
+			})
+		},
+	}.command()
+}
+
+func clusterGetCommand() *cli.Command {
+	return spec{
+		name: "get", usage: "show a cluster, its state and its servers", argsUsage: shapeCluster,
+		description: `Shows a cluster: Connected or Disconnected, the last heartbeat, the agents
+connected and the agent versions, and (as text) its servers.
+
+Example:
+   nebula cluster get acme/eu-1
+   nebula cluster get acme/eu-1 -o yaml`,
+		json: true, nargs: 1,
+		run: func(x *cmdCtx) error {
+			a, err := x.address(0, shapeCluster)
+			if err != nil {
+				return err
+			}
+			cl, err := x.client()
+			if err != nil {
+				return err
+			}
+			var v clusterView
+			return x.read(&v, func(ctx context.Context) (err error) {
+				v, err = viewCluster(ctx, cl, a.Org, a.Cluster)
+				return
+			}, func() error {
+				x.printf("Cluster %s (id %s), created %s\n", a, v.ID, when(v.CreatedAt))
+				x.printf("state: %s; last heartbeat %s; %d agent(s) connected\n", v.Status.State, whenPtr(v.Status.LastHeartbeatAt), v.Status.ConnectedAgents)
+				x.printf("servers: %d; agent versions: %s\n\n", v.Servers, cell(strings.Join(v.Versions, ", ")))
+				ss, err := cl.Servers(x.Context.Context, a.Org, a.Cluster)
+				if err != nil {
+					return err
+				}
+				x.serverTable(viewServers(ss, timeNow()))
+				return nil
+			})
+		},
+	}.command()
+}
+
+func (x *cmdCtx) serverTable(ss []serverView) {
+	var rows [][]string
+	for _, s := range ss {
+		rows = append(rows, []string{s.ID, s.Name, s.State, cell(s.Version), whenPtr(s.LastHeartbeatAt), when(s.RegisteredAt)})
+	}
+	x.table("ID\tNAME\tSTATE\tVERSION\tLAST HEARTBEAT\tREGISTERED", rows)
+}
+
+func clusterDeleteCommand() *cli.Command {
+	return spec{
+		name: "delete", usage: "delete a cluster that runs no environment", argsUsage: shapeCluster,
+		description: `Deletes a cluster. Refused (exit code 5) while an environment runs on it: move
+the environments (nebula env update --cluster) or delete them first. Asks
+first on a terminal; give --yes otherwise.
+
+Example:
+   nebula cluster delete acme/eu-1 --yes`,
+		destructive: true, nargs: 1,
+		run: func(x *cmdCtx) error {
+			a, err := x.address(0, shapeCluster)
+			if err != nil {
+				return err
+			}
+			cl, err := x.client()
+			if err != nil {
+				return err
+			}
+			if err := x.confirm("Delete cluster " + a.String()); err != nil {
+				return err
+			}
+			if err := cl.DeleteCluster(x.Context.Context, a.Org, a.Cluster); err != nil {
+				return err
+			}
+			x.printf("Deleted cluster %s.\n", a)
+			return nil
+		},
+	}.command()
+}
+
+// serverCommand is nebula server: the servers (agent installations) of a
+// cluster.
+func serverCommand() *cli.Command {
+	return group("server", "list a cluster's servers (agent installations) and revoke them",
+		spec{
+			name: "list", usage: "list the servers of a cluster with their state and agent version", argsUsage: shapeCluster,
+			description: `Lists the servers of a cluster: Connected (a heartbeat in the last minute),
+Disconnected or Revoked, the agent version each last reported, the last
+heartbeat, and when it joined. Revoked ones come last.
+
+Example:
+   nebula server list acme/eu-1`,
+			json: true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeCluster)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				var ss []serverView
+				return x.read(&ss, func(ctx context.Context) error {
+					s, err := cl.Servers(ctx, a.Org, a.Cluster)
+					ss = viewServers(s, timeNow())
+					return err
+				}, func() error {
+					x.serverTable(ss)
+					return nil
+				})
+			},
+		}.command(),
+		spec{
+			name: "revoke", usage: "revoke a server's credential: its agent is disconnected and refused", argsUsage: shapeCluster + " SERVER_ID",
+			description: `Revokes a server's credential: its agent is disconnected at once and refused
+afterwards; it joins again only with a new join token. Asks first on a
+terminal; give --yes otherwise.
+
+Example:
+   nebula server revoke acme/eu-1 3f1e2d4c-5b6a-4789-8c9d-0e1f2a3b4c5d --yes`,
+			destructive: true, nargs: 2,
+			run: func(x *cmdCtx) error {
+				a, err := x.address(0, shapeCluster)
+				if err != nil {
+					return err
+				}
+				cl, err := x.client()
+				if err != nil {
+					return err
+				}
+				if err := x.confirm("Revoke server " + x.args[1] + " of " + a.String()); err != nil {
+					return err
+				}
+				if err := cl.RevokeServer(x.Context.Context, a.Org, a.Cluster, x.args[1]); err != nil {
+					return err
+				}
+				x.printf("Revoked server %s of %s: its agent is disconnected.\n", x.args[1], a)
+				return nil
+			},
+		}.command(),
+	)
+}
