@@ -15,7 +15,7 @@ import (
 // passwordHashes reads how many passwords a control plane has hashed.
 func passwordHashes(t *testing.T, s *servertest.Server) int {
 	t.Helper()
-	resp, err := http.Get(s.URL + "/metrics")
+	resp, err := http.Get(s.MetricsURL + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

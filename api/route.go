@@ -76,6 +76,11 @@ func requestID(ctx context.Context) string {
 // is sane, a new one otherwise. It is echoed and written to the audit log.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requestID(r.Context()) != "" {
+			// AccessLog gave it one already, and echoed it.
+			next.ServeHTTP(w, r)
+			return
+		}
 		id := r.Header.Get("X-Request-Id")
 		if len(id) == 0 || len(id) > 64 || strings.ContainsFunc(id, func(c rune) bool { return c < 0x21 || c > 0x7e }) {
 			b := make([]byte, 8)
@@ -93,6 +98,7 @@ func withRequestID(next http.Handler) http.Handler {
 func (a *API) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		NoteRoute(r.Context(), rt.method+" "+rt.path)
 		rec := &statusRecorder{ResponseWriter: w, status: 200}
 		a.serve(rec, r, rt)
 		if rt.events != nil && rec.status == http.StatusOK {
@@ -113,6 +119,7 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route) {
 			return
 		}
 		c.principal, c.actor, c.tokenID = p, actor, tokenID
+		NotePrincipal(r.Context(), p.UserID)
 	}
 	if err := checkPathAndQuery(r, rt); err != nil {
 		a.writeError(w, r, err)

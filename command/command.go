@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,6 +51,9 @@ type Config struct {
 	// Attempts bounds how often a command is decided again after losing a
 	// race for its stream (default 5).
 	Attempts int
+	// Observe, when set, learns each command's type and outcome (ok,
+	// invalid, not_found, conflict, forbidden, error), for the metrics.
+	Observe func(command, outcome string)
 }
 
 // Handler executes commands.
@@ -139,8 +143,11 @@ func load[A aggregate](ctx context.Context, h *Handler, stream, orgID string, fr
 }
 
 // run is the load-decide-append loop shared by every aggregate.
-func run[A aggregate](ctx context.Context, h *Handler, c Context, stream, orgID string, fresh func() A,
-	decide func(A, domain.Meta) (domain.Decision, error)) (Result, error) {
+func run[A aggregate](ctx context.Context, h *Handler, c Context, cmd any, stream, orgID string, fresh func() A,
+	decide func(A, domain.Meta) (domain.Decision, error)) (res Result, err error) {
+	if h.cfg.Observe != nil {
+		defer func() { h.cfg.Observe(commandName(cmd), Outcome(err)) }()
+	}
 	if c.CommandID == "" {
 		c.CommandID = uuid.NewString()
 	}
@@ -221,37 +228,37 @@ func (h *Handler) snapshot(ctx context.Context, stream, orgID string, state aggr
 
 // Instance executes an instance settings command.
 func (h *Handler) Instance(ctx context.Context, c Context, cmd domain.SetAgentAutoUpgrade) (Result, error) {
-	return run(ctx, h, c, domain.InstanceStream(), "", domain.NewInstance,
+	return run(ctx, h, c, cmd, domain.InstanceStream(), "", domain.NewInstance,
 		func(s *domain.Instance, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
 }
 
 // User executes a user command (registration, password, tokens).
 func (h *Handler) User(ctx context.Context, c Context, userID string, cmd domain.UserCommand) (Result, error) {
-	return run(ctx, h, c, domain.UserStream(userID), "", domain.NewUser,
+	return run(ctx, h, c, cmd, domain.UserStream(userID), "", domain.NewUser,
 		func(s *domain.User, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
 }
 
 // Organisation executes an organisation command.
 func (h *Handler) Organisation(ctx context.Context, c Context, orgID string, cmd domain.OrganisationCommand) (Result, error) {
-	return run(ctx, h, c, domain.OrgStream(orgID), orgID, domain.NewOrganisation,
+	return run(ctx, h, c, cmd, domain.OrgStream(orgID), orgID, domain.NewOrganisation,
 		func(s *domain.Organisation, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
 }
 
 // Cluster executes a cluster command.
 func (h *Handler) Cluster(ctx context.Context, c Context, orgID, clusterID string, cmd domain.ClusterCommand) (Result, error) {
-	return run(ctx, h, c, domain.ClusterStream(clusterID), orgID, domain.NewCluster,
+	return run(ctx, h, c, cmd, domain.ClusterStream(clusterID), orgID, domain.NewCluster,
 		func(s *domain.Cluster, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
 }
 
 // Project executes a project command.
 func (h *Handler) Project(ctx context.Context, c Context, orgID, projectID string, cmd domain.ProjectCommand) (Result, error) {
-	return run(ctx, h, c, domain.ProjectStream(projectID), orgID, domain.NewProject,
+	return run(ctx, h, c, cmd, domain.ProjectStream(projectID), orgID, domain.NewProject,
 		func(s *domain.Project, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
 }
 
 // Deployment executes a deployment command (stage reports, verdicts).
 func (h *Handler) Deployment(ctx context.Context, c Context, orgID, deploymentID string, cmd domain.DeploymentCommand) (Result, error) {
-	return run(ctx, h, c, domain.DeploymentStream(deploymentID), orgID, domain.NewDeployment,
+	return run(ctx, h, c, cmd, domain.DeploymentStream(deploymentID), orgID, domain.NewDeployment,
 		func(s *domain.DeploymentAggregate, m domain.Meta) (domain.Decision, error) {
 			return s.Decide(deploymentID, cmd, m)
 		})
@@ -259,8 +266,37 @@ func (h *Handler) Deployment(ctx context.Context, c Context, orgID, deploymentID
 
 // Server records a server's connections on its own stream.
 func (h *Handler) Server(ctx context.Context, c Context, orgID, serverID string, cmd domain.ServerCommand) (Result, error) {
-	return run(ctx, h, c, domain.ServerStream(serverID), orgID, domain.NewServerLink,
+	return run(ctx, h, c, cmd, domain.ServerStream(serverID), orgID, domain.NewServerLink,
 		func(s *domain.ServerLink, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
+}
+
+// commandName is a command's type name, such as CreateProject.
+func commandName(cmd any) string {
+	t := reflect.TypeOf(cmd)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "unknown"
+	}
+	return t.Name()
+}
+
+// Outcome names how a command ended: ok, or the kind of refusal.
+func Outcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, domain.ErrInvalid):
+		return "invalid"
+	case errors.Is(err, domain.ErrNotFound):
+		return "not_found"
+	case errors.Is(err, domain.ErrConflict):
+		return "conflict"
+	case errors.Is(err, domain.ErrForbidden):
+		return "forbidden"
+	}
+	return "error"
 }
 
 // HasEscapedNUL reports whether a JSON document holds a string with U+0000

@@ -26,8 +26,15 @@ const (
 	EnvListen      = "NEBULACTRL_LISTEN"
 	EnvDataDir     = "NEBULACTRL_DATA_DIR"
 	EnvLogLevel    = "NEBULACTRL_LOG_LEVEL"
-	EnvTLSCert     = "NEBULACTRL_TLS_CERT"
-	EnvTLSKey      = "NEBULACTRL_TLS_KEY"
+	// EnvLogFormat is text (default, for a terminal) or json (one JSON
+	// object a line, for a log collector).
+	EnvLogFormat = "NEBULACTRL_LOG_FORMAT"
+	// EnvMetricsListen, when set, serves /metrics on its own address
+	// (host:port) without authentication, and no longer on the public
+	// listener.
+	EnvMetricsListen = "NEBULACTRL_METRICS_LISTEN"
+	EnvTLSCert       = "NEBULACTRL_TLS_CERT"
+	EnvTLSKey        = "NEBULACTRL_TLS_KEY"
 	// EnvInsecureRegistries lists registries (host:port, comma-separated)
 	// reached over plain HTTP: development registries on loopback only.
 	EnvInsecureRegistries = "NEBULACTRL_INSECURE_REGISTRIES"
@@ -53,6 +60,12 @@ const (
 	EnvStallTimeout = "NEBULACTRL_STALL_TIMEOUT"
 )
 
+// Names lists every variable the control plane reads, for documentation
+// checks.
+var Names = []string{EnvDatabaseURL, EnvSecretKey, EnvPublicURL, EnvListen, EnvDataDir, EnvLogLevel, EnvLogFormat,
+	EnvMetricsListen, EnvTLSCert, EnvTLSKey, EnvInsecureRegistries, EnvAllowedRegistries, EnvRegistryDenyPrivate,
+	EnvRegistryAuthFile, EnvRegistryAuth, EnvApprovalTTL, EnvStallTimeout}
+
 // Config is the control plane's configuration.
 type Config struct {
 	// DatabaseURL is a PostgreSQL URL; empty runs the managed local
@@ -68,6 +81,11 @@ type Config struct {
 	DataDir string
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
+	// LogFormat is text or json.
+	LogFormat string
+	// MetricsListen is the address of the metrics listener; empty serves
+	// /metrics on the public listener, to instance administrators only.
+	MetricsListen string
 	// TLSCert and TLSKey make the control plane serve TLS itself.
 	TLSCert, TLSKey string
 	// InsecureRegistries are reached over plain HTTP.
@@ -120,15 +138,17 @@ func Load(envFile string) (Config, error) {
 		return strings.TrimSpace(file[k])
 	}
 	c := Config{
-		DatabaseURL: get(EnvDatabaseURL),
-		SecretKey:   get(EnvSecretKey),
-		PublicURL:   get(EnvPublicURL),
-		Listen:      get(EnvListen),
-		DataDir:     get(EnvDataDir),
-		LogLevel:    get(EnvLogLevel),
-		TLSCert:     get(EnvTLSCert),
-		TLSKey:      get(EnvTLSKey),
-		EnvFile:     envFile,
+		DatabaseURL:   get(EnvDatabaseURL),
+		SecretKey:     get(EnvSecretKey),
+		PublicURL:     get(EnvPublicURL),
+		Listen:        get(EnvListen),
+		DataDir:       get(EnvDataDir),
+		LogLevel:      get(EnvLogLevel),
+		LogFormat:     get(EnvLogFormat),
+		MetricsListen: get(EnvMetricsListen),
+		TLSCert:       get(EnvTLSCert),
+		TLSKey:        get(EnvTLSKey),
+		EnvFile:       envFile,
 	}
 	for _, list := range []struct {
 		env string
@@ -174,6 +194,9 @@ func Load(envFile string) (Config, error) {
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = "text"
 	}
 	if c.EnvFile != "" {
 		if abs, err := filepath.Abs(c.EnvFile); err == nil {
@@ -233,6 +256,18 @@ func (c Config) Validate() error {
 				errs = append(errs, fmt.Errorf("%s: %q is not a registry host (host or host:port, no scheme or path)", list.env, h))
 			}
 		}
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q is not host:port", EnvMetricsListen, c.MetricsListen))
+		} else if c.MetricsListen == c.Listen {
+			errs = append(errs, fmt.Errorf("%s is the same address as %s; give the metrics their own", EnvMetricsListen, EnvListen))
+		}
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("%s %q is not text or json", EnvLogFormat, c.LogFormat))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

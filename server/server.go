@@ -33,6 +33,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/jobs"
 	"github.com/nebulactrl/nebulactrl/pgcluster"
 	"github.com/nebulactrl/nebulactrl/projections"
+	"github.com/nebulactrl/nebulactrl/query"
 	"github.com/nebulactrl/nebulactrl/reactions"
 	"github.com/nebulactrl/nebulactrl/seal"
 	"github.com/nebulactrl/nebulactrl/telemetry"
@@ -45,6 +46,8 @@ type Options struct {
 	Logger  *slog.Logger
 	// Ready, when set, receives the address the server listens on.
 	Ready func(addr string)
+	// Started, when set, learns what `nebula serve` prints at start.
+	Started func(Started)
 	// ShutdownTimeout bounds how long in-flight requests may take to finish.
 	ShutdownTimeout time.Duration
 	// JobInterval overrides the interval of the periodic jobs (tests).
@@ -57,6 +60,16 @@ type Options struct {
 	// AgentBinaries are the agent binaries served at /agent/v1/download/
 	// (default: those embedded at build time, agentbin.Embedded()).
 	AgentBinaries agentbin.Source
+}
+
+// Started is what the server tells at start.
+type Started struct {
+	// Addr is the address of the public listener, MetricsAddr the metrics
+	// listener's ("" without one).
+	Addr, MetricsAddr string
+	// NeedsSetup is true while no user exists: the first one is still to be
+	// created (nebula setup).
+	NeedsSetup bool
 }
 
 // Run serves until ctx ends, then shuts down gracefully.
@@ -75,6 +88,13 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
 	defer ln.Close()
+	var metricsLn net.Listener
+	if cfg.MetricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			return fmt.Errorf("listening on %s (%s): %w", cfg.MetricsListen, config.EnvMetricsListen, err)
+		}
+		defer metricsLn.Close()
+	}
 
 	url := cfg.DatabaseURL
 	var managed *pgcluster.Cluster
@@ -126,7 +146,9 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 
 	store := eventstore.New(pool, log)
 	sealer := seal.New(pool, key, log)
-	cmd, err := command.New(command.Config{Store: store, Logger: log, Now: opts.Now})
+	commands := newCommandsCounter()
+	cmd, err := command.New(command.Config{Store: store, Logger: log, Now: opts.Now,
+		Observe: func(command, outcome string) { commands.WithLabelValues(command, outcome).Inc() }})
 	if err != nil {
 		return err
 	}
@@ -147,7 +169,8 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	waker := store.NewWaker(replica, projections.ProjectedChannel)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registry.MustRegister(lagCollector{pool: pool})
+	registry.MustRegister(lagCollector{pool: pool}, poolCollector{pool: pool}, deploymentsCollector{pool: pool},
+		buildInfo(opts.Version), commands)
 	registryAuth, err := image.ParseAuth(cfg.RegistryAuth)
 	if err != nil {
 		return fmt.Errorf("%s: %w", config.EnvRegistryAuth, err)
@@ -181,6 +204,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	link.Attach(hub)
+	registry.MustRegister(agentsConnected(func() int { return len(hub.Connected()) }))
 	sched, err := jobs.New(jobs.Config{Pool: pool, Replica: replica, Logger: log,
 		Jobs: append(backgroundJobs(store, pool, tel, opts.JobInterval), jobs.Job{Name: "fire-timers", Interval: time.Second,
 			Run: func(ctx context.Context) error { _, err := react.FireDue(ctx); return err }})})
@@ -217,7 +241,17 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", readyz(pool))
-	mux.Handle("GET /metrics", a.MetricsHandler())
+	// /metrics: on its own listener without authentication when there is
+	// one (and then not here), else here for instance administrators.
+	var metricsSrv *http.Server
+	if metricsLn != nil {
+		mm := http.NewServeMux()
+		mm.Handle("GET /metrics", a.OpenMetricsHandler())
+		metricsSrv = &http.Server{Handler: api.AccessLog(log, mm), ReadHeaderTimeout: 10 * time.Second,
+			BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
+	} else {
+		mux.Handle("GET /metrics", a.MetricsHandler())
+	}
 	mux.Handle("/api/", a.Handler())
 	mux.Handle("GET "+transport.ConnectPath, hub)
 	mux.HandleFunc("POST "+transport.RegisterPath, link.Register)
@@ -231,7 +265,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		fmt.Fprintf(w, "NebulaCtrl %s\nAPI: %s/api/v1 (OpenAPI: /api/v1/openapi.json)\n", opts.Version, strings.TrimRight(cfg.PublicURL, "/"))
 	})
 	srv := &http.Server{
-		Handler:           strictTransport(mux),
+		Handler:           strictTransport(api.AccessLog(log, mux)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
@@ -239,7 +273,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	// Event streams never end on their own: shutting down ends them, and
 	// their clients resume on another replica with Last-Event-ID.
 	srv.RegisterOnShutdown(a.CloseStreams)
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() {
 		if cfg.TLSCert != "" {
 			srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -248,7 +282,25 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		}
 		errc <- srv.Serve(ln)
 	}()
-	log.Info("control plane ready", "listen", ln.Addr().String(), "public_url", cfg.PublicURL, "version", opts.Version, "replica", replica)
+	started := Started{Addr: ln.Addr().String()}
+	if metricsSrv != nil {
+		started.MetricsAddr = metricsLn.Addr().String()
+		go func() {
+			if err := metricsSrv.Serve(metricsLn); err != nil && err != http.ErrServerClosed {
+				errc <- fmt.Errorf("metrics listener: %w", err)
+			}
+		}()
+		defer metricsSrv.Close()
+	}
+	log.Info("control plane ready", "listen", started.Addr, "metrics_listen", started.MetricsAddr, "public_url", cfg.PublicURL, "version", opts.Version, "replica", replica)
+	if opts.Started != nil {
+		users, err := query.CountUsers(ctx, pool)
+		if err != nil {
+			log.Warn("counting users", "err", err)
+		}
+		started.NeedsSetup = err == nil && users == 0
+		opts.Started(started)
+	}
 	if opts.Ready != nil {
 		opts.Ready(ln.Addr().String())
 	}
@@ -404,38 +456,6 @@ func readyz(pool *pgxpool.Pool) http.HandlerFunc {
 			return
 		}
 		_, _ = w.Write([]byte("ready\n" + b.String()))
-	}
-}
-
-// lagCollector exports each subscription's lag at scrape time.
-type lagCollector struct{ pool *pgxpool.Pool }
-
-var (
-	lagEventsDesc = prometheus.NewDesc("nebulactrl_subscription_lag_events",
-		"Events committed that a subscription (projections, reactions) has not handled yet.", []string{"subscription"}, nil)
-	lagSecondsDesc = prometheus.NewDesc("nebulactrl_subscription_lag_seconds",
-		"Age of the oldest event a subscription has not handled yet (0 when current).", []string{"subscription"}, nil)
-)
-
-func (lagCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- lagEventsDesc
-	ch <- lagSecondsDesc
-}
-
-func (c lagCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	for _, sub := range subscriptions {
-		lag, err := projections.SubscriptionLag(ctx, c.pool, sub)
-		if err != nil {
-			continue
-		}
-		age := 0.0
-		if lag.Behind() {
-			age = time.Since(lag.FirstAt).Seconds()
-		}
-		ch <- prometheus.MustNewConstMetric(lagEventsDesc, prometheus.GaugeValue, float64(lag.Events), sub)
-		ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, age, sub)
 	}
 }
 

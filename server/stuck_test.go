@@ -57,7 +57,11 @@ func TestStuckProjectionsAreVisible(t *testing.T) {
 	require.Contains(t, body, "mystery-1")
 	require.Contains(t, body, "reactions: current", "the reactions skip what they cannot read")
 
-	_, body = do("GET", "/metrics", "")
+	resp, err := http.Get(s.MetricsURL + "/metrics")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body = string(b)
 	require.Regexp(t, `nebulactrl_subscription_lag_events\{subscription="projections"\} [1-9]`, body)
 	require.Contains(t, body, `nebulactrl_subscription_lag_seconds{subscription="projections"}`)
 }

@@ -24,7 +24,10 @@ import (
 
 // Server is a running control plane.
 type Server struct {
-	URL         string
+	URL string
+	// MetricsURL is the metrics listener's (NEBULACTRL_METRICS_LISTEN):
+	// MetricsURL+"/metrics" answers without a token.
+	MetricsURL  string
 	DatabaseURL string
 	SecretKey   string
 	stop        func()
@@ -50,6 +53,12 @@ type Options struct {
 	ApprovalTTL, StallTimeout time.Duration
 	// Version is the version the control plane says it runs ("test").
 	Version string
+	// Logger receives the control plane's log (default: warnings and
+	// errors, as text on stderr).
+	Logger *slog.Logger
+	// PublicMetrics serves /metrics on the public listener (to instance
+	// administrators) instead of a metrics listener of its own.
+	PublicMetrics bool
 }
 
 // Start starts a control plane for t.
@@ -76,16 +85,23 @@ func Start(t testing.TB, opts Options) *Server {
 		PublicURL: "http://127.0.0.1", InsecureRegistries: opts.Insecure,
 		ApprovalTTL: opts.ApprovalTTL, StallTimeout: opts.StallTimeout,
 	}
+	if !opts.PublicMetrics {
+		cfg.MetricsListen = "127.0.0.1:0"
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
+	ready := make(chan server.Started, 1)
 	done := make(chan error, 1)
 	go func() {
-		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		done <- server.Run(ctx, cfg, server.Options{Version: opts.Version, Logger: logger, Ready: func(addr string) { ready <- addr }, JobInterval: opts.JobInterval, Now: opts.Now})
+		done <- server.Run(ctx, cfg, server.Options{Version: opts.Version, Logger: logger, Started: func(s server.Started) { ready <- s },
+			JobInterval: opts.JobInterval, Now: opts.Now})
 	}()
-	var addr string
+	var started server.Started
 	select {
-	case addr = <-ready:
+	case started = <-ready:
 	case err := <-done:
 		cancel()
 		t.Fatalf("servertest: the control plane did not start: %v", err)
@@ -93,7 +109,10 @@ func Start(t testing.TB, opts Options) *Server {
 		cancel()
 		t.Fatal("servertest: the control plane did not start within 60 s")
 	}
-	s := &Server{URL: "http://" + addr, DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey}
+	s := &Server{URL: "http://" + started.Addr, DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey}
+	if started.MetricsAddr != "" {
+		s.MetricsURL = "http://" + started.MetricsAddr
+	}
 	s.stop = func() {
 		cancel()
 		select {

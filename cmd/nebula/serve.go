@@ -2,8 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -19,6 +19,10 @@ func serveCommand() *cli.Command {
 		Description: `Reads NEBULACTRL_* settings from the environment and the .env file. On the first
 start without NEBULACTRL_SECRET_KEY it generates one into the .env file (mode 0600).
 Stops gracefully on SIGINT/SIGTERM: requests in flight finish first.
+Logs go to stderr, as text or (NEBULACTRL_LOG_FORMAT=json) one JSON object a
+line, with one "request" line per HTTP request. /metrics needs an instance
+administrator's token, unless NEBULACTRL_METRICS_LISTEN gives it a listener of
+its own (see docs/operations.md).
 
 Example:
    NEBULACTRL_LISTEN=0.0.0.0:8080 nebula serve`,
@@ -27,16 +31,25 @@ Example:
 			if err != nil {
 				return err
 			}
-			log := newLogger(cfg.LogLevel)
+			log := newLogger(c.App.ErrWriter, cfg.LogLevel, cfg.LogFormat)
 			return server.Run(c.Context, cfg, server.Options{
 				Version: version,
 				Logger:  log,
-				Ready: func(addr string) {
+				Started: func(s server.Started) {
 					if c.Bool("quiet") {
 						return
 					}
+					if cfg.LogFormat == "json" {
+						// Nothing but JSON lines on stderr for a log collector.
+						if s.NeedsSetup {
+							log.Info("no user yet: create the first one with nebula setup", "command", "nebula setup --url "+cfg.PublicURL+" --email you@example.com --org acme")
+						}
+						return
+					}
 					fmt.Fprintf(c.App.ErrWriter, "NebulaCtrl is running at %s (API: %s/api/v1)\n", cfg.PublicURL, strings.TrimRight(cfg.PublicURL, "/"))
-					fmt.Fprintf(c.App.ErrWriter, "First time? Create the first user:  nebula setup --url %s --email you@example.com --org acme\n", cfg.PublicURL)
+					if s.NeedsSetup {
+						fmt.Fprintf(c.App.ErrWriter, "First time? Create the first user:  nebula setup --url %s --email you@example.com --org acme\n", cfg.PublicURL)
+					}
 				},
 			})
 		},
@@ -44,8 +57,14 @@ Example:
 	}
 }
 
-func newLogger(level string) *slog.Logger {
+// newLogger logs to w at level, as text or json (config.Validate checked
+// both).
+func newLogger(w io.Writer, level, format string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
