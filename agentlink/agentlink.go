@@ -278,27 +278,16 @@ func (l *Link) HeadsOf(ctx context.Context, revisions map[string]int) (map[strin
 // cannot be opened holds its service (the compiler holds those it knows of;
 // this covers a key lost after compiling).
 func (l *Link) Fetch(ctx context.Context, envID string, revision int) (transport.DesiredState, error) {
-	var typ string
-	var sv int16
-	var payload []byte
-	err := l.cfg.Pool.QueryRow(ctx, `SELECT event_type, schema_version, payload FROM events WHERE stream_id = $1 AND stream_version = $2`,
-		domain.RevisionStream(envID), revision).Scan(&typ, &sv, &payload)
+	if revision < 1 {
+		return transport.DesiredState{}, fmt.Errorf("revision %d of %s: %w", revision, envID, projections.ErrNoRevision)
+	}
+	// A revision records what changed; the agent gets the whole document,
+	// rebuilt and checked against the hash the revision recorded.
+	rev, err := projections.DocumentAt(ctx, l.cfg.Pool, envID, revision)
 	if err != nil {
 		return transport.DesiredState{}, fmt.Errorf("revision %d of %s: %w", revision, envID, err)
 	}
-	ev, err := domain.Decode(typ, int(sv), payload)
-	if err != nil {
-		return transport.DesiredState{}, err
-	}
-	rc, ok := ev.(domain.RevisionCompiled)
-	if !ok {
-		return transport.DesiredState{}, fmt.Errorf("revision %d of %s is a %s event", revision, envID, typ)
-	}
-	hash := rc.Hash
-	doc, err := desiredstate.Decode(rc.Document)
-	if err != nil {
-		return transport.DesiredState{}, fmt.Errorf("revision %d of %s: %w", revision, envID, err)
-	}
+	hash, doc := rev.Hash, rev.Document
 	for i := range doc.Services {
 		s := &doc.Services[i]
 		for j := range s.Variables {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -86,10 +88,20 @@ func generate(n int) [][]any {
 			Release: &compiler.Release{ID: uuid.NewString(), Number: 1, Image: "registry.example.com/a@sha256:" + fmt.Sprintf("%064d", i), Processes: web,
 				Variables: []domain.Variable{{Name: "LOG_LEVEL", Value: "info"}, {Name: "PORT", Value: "8080"}}}})
 	}
-	doc, err := compiler.Compile(snap).Canonical()
+	// Revisions record what changed (revision.compiled, schema 2): the first
+	// of an environment every object of the document, the next ones the
+	// environment, the service and the variable that changed.
+	objs, err := projections.SplitDocument(compiler.Compile(snap))
 	if err != nil {
 		panic(err)
 	}
+	var whole []domain.RevisionObject
+	for _, k := range slices.Sorted(maps.Keys(objs)) {
+		whole = append(whole, domain.RevisionObject{Key: k, Value: objs[k]})
+	}
+	shellKey := "service/" + projects[0].svcs[0]
+	varKey := "variable/" + projects[0].svcs[0] + "/LOG_LEVEL"
+	releases := map[string]int{}
 	system := domain.System("compiler")
 	for i := 0; len(g.rows) < n; i++ {
 		gp := projects[i%len(projects)]
@@ -99,13 +111,26 @@ func generate(n int) [][]any {
 		vars := []domain.Variable{{Name: "LOG_LEVEL", Value: fmt.Sprint("v", i)}, {Name: "PORT", Value: "8080"}}
 		rel, dep := uuid.NewString(), uuid.NewString()
 		g.add(ps, gp.org, actor, domain.VariablesSet{EnvironmentID: env.id, ServiceID: svc, Variables: vars})
-		g.add(ps, gp.org, actor, domain.ReleaseCreated{ReleaseID: rel, EnvironmentID: env.id, ServiceID: svc, Number: g.versions[ps], Image: "registry.example.com/a@sha256:" + fmt.Sprintf("%064d", i), Processes: web, Variables: vars, Reason: "variables"})
+		// Releases record the variables that changed since the one before.
+		releases[env.id+svc]++
+		number := releases[env.id+svc]
+		relVars := vars
+		if number > 1 {
+			relVars = vars[:1]
+		}
+		g.add(ps, gp.org, actor, domain.ReleaseCreated{ReleaseID: rel, EnvironmentID: env.id, ServiceID: svc, Number: number, Base: number - 1,
+			Image: "registry.example.com/a@sha256:" + fmt.Sprintf("%064d", i), Processes: web, Variables: relVars, Reason: "variables"})
 		g.add(ps, gp.org, actor, domain.DeploymentRequested{DeploymentID: dep, ReleaseID: rel, EnvironmentID: env.id, ServiceID: svc})
 		g.add(ps, gp.org, actor, domain.DeploymentDelivering{DeploymentID: dep})
 		g.add(ps, gp.org, actor, domain.DeploymentSucceeded{DeploymentID: dep})
 		rs := domain.RevisionStream(env.id)
-		g.add(rs, gp.org, system, domain.RevisionCompiled{EnvironmentID: env.id, ProjectID: gp.id, Number: g.versions[rs] + 1,
-			Hash: fmt.Sprintf("sha256:%064x", i), Document: json.RawMessage(doc)})
+		rc := domain.RevisionCompiled{EnvironmentID: env.id, ProjectID: gp.id, Number: g.versions[rs] + 1, Hash: fmt.Sprintf("sha256:%064x", i), Set: whole}
+		if rc.Number > 1 {
+			rc.Base = rc.Number - 1
+			rc.Set = []domain.RevisionObject{{Key: "environment", Value: objs["environment"]}, {Key: shellKey, Value: objs[shellKey]},
+				{Key: varKey, Value: json.RawMessage(fmt.Sprintf(`{"name":"LOG_LEVEL","value":"v%d"}`, i))}}
+		}
+		g.add(rs, gp.org, system, rc)
 	}
 	return g.rows[:n]
 }

@@ -94,19 +94,24 @@ func apply(state aggregate, e domain.Event, at time.Time) {
 }
 
 // SnapshotEvery is how many events a stream grows past its snapshot before
-// a new snapshot is kept: deciding a command reads the snapshot and at most
-// this many events, however long the stream's history.
+// a new snapshot is kept, at the least: a new snapshot also waits until the
+// events after the last one hold as many bytes as it did. A snapshot rewrites
+// the whole state, so taking one every SnapshotEvery events would make the
+// bytes stored per change grow with the state (a service's variables); this
+// way snapshots cost at most as many bytes as the events themselves, and
+// deciding a command reads the snapshot and a tail no larger than it.
 const SnapshotEvery = 100
 
 // snapshotSchema versions the JSON encoding of the aggregates' states; a
 // snapshot of another version is ignored. Bump it whenever an aggregate's
 // state changes shape.
-const snapshotSchema = 2
+const snapshotSchema = 3
 
-// load folds a stream into fresh state, starting from its snapshot.
-func load[A aggregate](ctx context.Context, h *Handler, stream, orgID string, fresh func() A) (A, int, int, error) {
-	state := fresh()
-	version, base := 0, 0
+// load folds a stream into fresh state, starting from its snapshot. debt is
+// the bytes of the events folded after the snapshot less the snapshot's own
+// size: a new snapshot is worth keeping once it is not negative.
+func load[A aggregate](ctx context.Context, h *Handler, stream, orgID string, fresh func() A) (state A, version, base, debt int, err error) {
+	state = fresh()
 	snap, ok, err := h.cfg.Store.LoadSnapshot(ctx, stream)
 	if err != nil {
 		h.cfg.Logger.Warn("reading a snapshot; folding the whole stream", "stream", stream, "err", err)
@@ -114,32 +119,33 @@ func load[A aggregate](ctx context.Context, h *Handler, stream, orgID string, fr
 	}
 	if ok && snap.Schema == snapshotSchema {
 		if orgID != "" && snap.OrgID != "" && snap.OrgID != orgID {
-			return state, 0, 0, fmt.Errorf("%w: %s", domain.ErrNotFound, stream)
+			return state, 0, 0, 0, fmt.Errorf("%w: %s", domain.ErrNotFound, stream)
 		}
 		if err := json.Unmarshal(snap.State, state); err != nil {
 			h.cfg.Logger.Warn("ignoring an unreadable snapshot", "stream", stream, "err", err)
 			state = fresh()
 		} else {
-			version, base = snap.Version, snap.Version
+			version, base, debt = snap.Version, snap.Version, -len(snap.State)
 		}
 	}
 	events, err := h.cfg.Store.ReadStream(ctx, stream, version)
 	if err != nil {
-		return state, 0, 0, err
+		return state, 0, 0, 0, err
 	}
 	for _, e := range events {
 		// One organisation never reaches another's aggregates.
 		if orgID != "" && e.OrgID != "" && e.OrgID != orgID {
-			return state, 0, 0, fmt.Errorf("%w: %s", domain.ErrNotFound, stream)
+			return state, 0, 0, 0, fmt.Errorf("%w: %s", domain.ErrNotFound, stream)
 		}
 		d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
 		if err != nil {
-			return state, 0, 0, fmt.Errorf("loading %s: %w", stream, err)
+			return state, 0, 0, 0, fmt.Errorf("loading %s: %w", stream, err)
 		}
 		apply(state, d, e.OccurredAt)
 		version = e.StreamVersion
+		debt += len(e.Payload)
 	}
-	return state, version, base, nil
+	return state, version, base, debt, nil
 }
 
 // run is the load-decide-append loop shared by every aggregate.
@@ -153,7 +159,7 @@ func run[A aggregate](ctx context.Context, h *Handler, c Context, cmd any, strea
 	}
 	var lastErr error
 	for attempt := 0; attempt < h.cfg.Attempts; attempt++ {
-		state, version, base, err := load(ctx, h, stream, orgID, fresh)
+		state, version, base, debt, err := load(ctx, h, stream, orgID, fresh)
 		if err != nil {
 			return Result{}, err
 		}
@@ -181,6 +187,7 @@ func run[A aggregate](ctx context.Context, h *Handler, c Context, cmd any, strea
 				return Result{}, fmt.Errorf("%w: a text field of %s contains a NUL character (U+0000), which cannot be stored", domain.ErrInvalid, typ)
 			}
 			req.Records = append(req.Records, eventstore.Record{Type: typ, SchemaVersion: v, Payload: payload})
+			debt += len(payload)
 		}
 		for _, cl := range dec.Claims {
 			req.Claims = append(req.Claims, eventstore.Claim{Scope: cl.Scope, Name: cl.Name})
@@ -190,7 +197,7 @@ func run[A aggregate](ctx context.Context, h *Handler, c Context, cmd any, strea
 		}
 		appended, err := h.cfg.Store.Append(ctx, req)
 		if err == nil {
-			if appended.Version-base >= SnapshotEvery {
+			if appended.Version-base >= SnapshotEvery && debt >= 0 {
 				h.snapshot(ctx, stream, orgID, state, dec.Events, m.Now, appended.Version)
 			}
 			return Result{Version: appended.Version, Events: dec.Events, Last: appended.Last}, nil

@@ -77,7 +77,7 @@ func TestSnapshotEqualsTheFold(t *testing.T) {
 					cmd = domain.ResumeDeploys{EnvironmentID: env, ServiceID: svc}
 				}
 			case 6:
-				state, _, _, err := load(ctx, h, domain.ProjectStream(project), org, domain.NewProject)
+				state, _, _, _, err := load(ctx, h, domain.ProjectStream(project), org, domain.NewProject)
 				require.NoError(t, err)
 				for id, cs := range state.ChangeSets {
 					cmd = domain.ApproveChangeSet{ChangeSetID: id, Version: cs.Version}
@@ -106,16 +106,16 @@ func TestSnapshotEqualsTheFold(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok, "a stream of hundreds of events has a snapshot")
 		require.Greater(t, snap.Version, SnapshotEvery)
-		fromSnapshot, v1, base, err := load(ctx, h, stream, org, domain.NewProject)
+		fromSnapshot, v1, base, _, err := load(ctx, h, stream, org, domain.NewProject)
 		require.NoError(t, err)
 		require.Equal(t, snap.Version, base)
 		// Another organisation never loads this snapshot.
-		_, _, _, err = load(ctx, h, stream, uuid.NewString(), domain.NewProject)
+		_, _, _, _, err = load(ctx, h, stream, uuid.NewString(), domain.NewProject)
 		require.ErrorIs(t, err, domain.ErrNotFound)
 
 		_, err = pool.Exec(ctx, `DELETE FROM aggregate_snapshots WHERE stream_id = $1`, stream)
 		require.NoError(t, err)
-		folded, v2, _, err := load(ctx, h, stream, org, domain.NewProject)
+		folded, v2, _, _, err := load(ctx, h, stream, org, domain.NewProject)
 		require.NoError(t, err)
 		require.Equal(t, v2, v1)
 		a, err := json.Marshal(fromSnapshot)

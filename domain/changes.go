@@ -543,13 +543,31 @@ func (w *pending) release(envID string, svc *Service, releaseID, deploymentID, i
 	for n, v := range p.Variables[envID][svc.ID] {
 		merged[n] = v
 	}
-	vars := make([]Variable, 0, len(merged))
-	for _, n := range sortedKeys(merged) {
-		vars = append(vars, merged[n])
-	}
 	number := p.ReleaseCount[envID][svc.ID] + 1
+	// The variables are recorded against the release before: what is new or
+	// changed, and what is gone.
+	base := number - 1
+	before := p.Released[envID][svc.ID]
+	var vars []Variable
+	var removed []string
+	for _, n := range sortedKeys(merged) {
+		if old, ok := before[n]; base == 0 || !ok || !old.Equal(merged[n]) {
+			vars = append(vars, merged[n])
+		}
+	}
+	if base > 0 {
+		for _, n := range sortedKeys(before) {
+			if _, ok := merged[n]; !ok {
+				removed = append(removed, n)
+			}
+		}
+	}
+	if vars == nil {
+		vars = []Variable{}
+	}
 	previous := p.Current[envID][svc.ID].DeploymentID
-	w.emit(ReleaseCreated{ReleaseID: releaseID, EnvironmentID: envID, ServiceID: svc.ID, Number: number, Image: image, Processes: procs, Variables: vars, Reason: reason})
+	w.emit(ReleaseCreated{ReleaseID: releaseID, EnvironmentID: envID, ServiceID: svc.ID, Number: number, Image: image, Processes: procs,
+		Base: base, Variables: vars, Removed: removed, Reason: reason})
 	w.emit(DeploymentRequested{DeploymentID: deploymentID, ReleaseID: releaseID, EnvironmentID: envID, ServiceID: svc.ID, Image: image, Supersedes: previous})
 }
 
@@ -651,6 +669,9 @@ func (p *Project) clone() *Project {
 		return cloneMap(bySvc, func(procs map[string]int) map[string]int { return maps.Clone(procs) })
 	})
 	c.ReleaseCount = cloneMap(p.ReleaseCount, func(m map[string]int) map[string]int { return maps.Clone(m) })
+	c.Released = cloneMap(p.Released, func(bySvc map[string]map[string]Variable) map[string]map[string]Variable {
+		return cloneMap(bySvc, func(vars map[string]Variable) map[string]Variable { return maps.Clone(vars) })
+	})
 	c.Current = cloneMap(p.Current, func(m map[string]CurrentDeployment) map[string]CurrentDeployment { return maps.Clone(m) })
 	c.Paused = cloneMap(p.Paused, func(m map[string]bool) map[string]bool { return maps.Clone(m) })
 	c.ChangeSets = cloneMap(p.ChangeSets, func(v *ChangeSet) *ChangeSet { x := *v; return &x })

@@ -28,6 +28,18 @@ func decodeV1[T Event](version int, payload []byte) (Event, error) {
 	return e, nil
 }
 
+// decodeUpTo reads schema versions 1 to max of T strictly, for event types
+// whose newer schema only added optional fields: a version 1 payload reads
+// as the newer shape with those fields empty, which the type documents.
+func decodeUpTo[T Event](max int) func(int, []byte) (Event, error) {
+	return func(version int, payload []byte) (Event, error) {
+		if version < 1 || version > max {
+			return nil, fmt.Errorf("schema version %d is unknown", version)
+		}
+		return decodeV1[T](1, payload)
+	}
+}
+
 // codecs is the one decode table of every event type. Adding an event type
 // means adding a line here; changing a payload incompatibly means a new
 // schema version with its own decoder, never editing the old one.
@@ -63,7 +75,7 @@ var codecs = map[string]eventCodec{
 	"domain.added":                {1, decodeV1[DomainAdded]},
 	"domain.removed":              {1, decodeV1[DomainRemoved]},
 	"service.scaled":              {1, decodeV1[ServiceScaled]},
-	"release.created":             {1, decodeV1[ReleaseCreated]},
+	"release.created":             {2, decodeUpTo[ReleaseCreated](2)},
 	"deployment.requested":        {1, decodeV1[DeploymentRequested]},
 	"deployment.delivering":       {1, decodeV1[DeploymentDelivering]},
 	"deployment.succeeded":        {1, decodeV1[DeploymentSucceeded]},
@@ -79,7 +91,7 @@ var codecs = map[string]eventCodec{
 	"changeset.opened":            {1, decodeV1[ChangeSetOpened]},
 	"changeset.approved":          {1, decodeV1[ChangeSetApproved]},
 	"changeset.rejected":          {1, decodeV1[ChangeSetRejected]},
-	"revision.compiled":           {1, decodeV1[RevisionCompiled]},
+	"revision.compiled":           {2, decodeUpTo[RevisionCompiled](2)},
 
 	// Agent upgrades (upgrade.go).
 	"server.agent.upgrade.requested": {1, decodeV1[AgentUpgradeRequested]},

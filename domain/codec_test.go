@@ -64,6 +64,10 @@ func TestEveryEventRoundTrips(t *testing.T) {
 		domain.ChangeSetApproved{ChangeSetID: "c", ApprovedBy: bob},
 		domain.ChangeSetRejected{ChangeSetID: "c", RejectedBy: bob, Reason: "no"},
 		domain.RevisionCompiled{EnvironmentID: stagingID, ProjectID: projectID, Number: 1, Hash: "sha256:x", Document: json.RawMessage(`{"a":1}`)},
+		domain.RevisionCompiled{EnvironmentID: stagingID, ProjectID: projectID, Number: 3, Hash: "sha256:y", Base: 2,
+			Set: []domain.RevisionObject{{Key: "variable/s/A", Value: json.RawMessage(`{"name":"A","value":"1"}`)}}, Removed: []string{"variable/s/B"}},
+		domain.ReleaseCreated{ReleaseID: rel1, EnvironmentID: stagingID, ServiceID: apiID, Number: 2, Base: 1, Image: digest, Processes: web,
+			Variables: []domain.Variable{{Name: "A", Value: "2"}}, Removed: []string{"B"}, Reason: "variables"},
 		domain.AgentUpgradeRequested{ClusterID: clusterID, ServerID: "s", UpgradeID: "u", From: "1.4.0", To: "1.5.0", Arch: "amd64", SHA256: "ab", Force: true, Auto: true, RolloutID: "r", At: now},
 		domain.AgentUpgraded{ClusterID: clusterID, ServerID: "s", UpgradeID: "u", From: "1.4.0", To: "1.5.0", RolloutID: "r", At: now},
 		domain.AgentUpgradeFailed{ClusterID: clusterID, ServerID: "s", UpgradeID: "u", To: "1.5.0", State: domain.UpgradeRolledBack, Step: "verify", Reason: "crash loop", RolloutID: "r", At: now},
@@ -104,6 +108,37 @@ func TestDecodeRejectsBadPayloads(t *testing.T) {
 		_, err := domain.Decode(tc.typ, tc.version, []byte(tc.payload))
 		require.Error(t, err, "%+v", tc)
 	}
+}
+
+// Events written before releases and revisions recorded changes (schema 1,
+// the whole set or document) still decode: as the schema 2 shape with Base 0
+// (a whole set) and the document in Document.
+func TestSchema1ReleasesAndRevisionsDecode(t *testing.T) {
+	t.Parallel()
+	e, err := domain.Decode("release.created", 1, []byte(`{"releaseId":"r","environmentId":"e","serviceId":"s","number":4,"image":"i",
+		"processes":[{"name":"web","replicas":1}],"variables":[{"name":"A","value":"1"},{"name":"B","value":"2"}],"reason":"deploy"}`))
+	require.NoError(t, err)
+	rel := e.(domain.ReleaseCreated)
+	require.Equal(t, 0, rel.Base, "a schema 1 release holds its whole set")
+	require.Equal(t, []domain.Variable{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}},
+		domain.ReleaseVariables([]domain.Variable{{Name: "OLD", Value: "x"}}, rel), "the set of the release before does not leak into it")
+	p := domain.NewProject()
+	p.Apply(rel)
+	require.Len(t, p.Released["e"]["s"], 2)
+	p.Apply(domain.ReleaseCreated{EnvironmentID: "e", ServiceID: "s", Number: 5, Base: 4, Variables: []domain.Variable{{Name: "C", Value: "3"}}, Removed: []string{"A"}})
+	require.Equal(t, map[string]domain.Variable{"B": {Name: "B", Value: "2"}, "C": {Name: "C", Value: "3"}}, p.Released["e"]["s"])
+
+	e, err = domain.Decode("revision.compiled", 1, []byte(`{"environmentId":"e","projectId":"p","number":1,"hash":"sha256:h","document":{"schemaVersion":1}}`))
+	require.NoError(t, err)
+	rc := e.(domain.RevisionCompiled)
+	require.True(t, rc.Whole())
+	require.JSONEq(t, `{"schemaVersion":1}`, string(rc.Document))
+	typ, v, _, err := domain.Encode(rc)
+	require.NoError(t, err)
+	require.Equal(t, "revision.compiled", typ)
+	require.Equal(t, 2, v, "new events are written with schema 2")
+	_, err = domain.Decode("revision.compiled", 3, []byte(`{}`))
+	require.Error(t, err, "a schema from the future is refused")
 }
 
 func TestVariableSecretsNeverAppearInAudit(t *testing.T) {

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -243,17 +244,54 @@ type ServiceScaled struct {
 }
 
 // ReleaseCreated records an immutable release: an image pinned by digest and
-// the configuration frozen at that moment.
+// the configuration frozen at that moment. The variables are recorded as a
+// change against the release before (Base), so that an update of one
+// variable stores that variable, not every variable of the service again.
+//
+// Schema 1 had no Base and no Removed: its Variables is the whole set, which
+// is also what Base 0 means in schema 2.
 type ReleaseCreated struct {
-	ReleaseID     string     `json:"releaseId"`
-	EnvironmentID string     `json:"environmentId"`
-	ServiceID     string     `json:"serviceId"`
-	Number        int        `json:"number"`
-	Image         string     `json:"image"`
-	Processes     []Process  `json:"processes"`
-	Variables     []Variable `json:"variables"`
+	ReleaseID     string    `json:"releaseId"`
+	EnvironmentID string    `json:"environmentId"`
+	ServiceID     string    `json:"serviceId"`
+	Number        int       `json:"number"`
+	Image         string    `json:"image"`
+	Processes     []Process `json:"processes"`
+	// Base is the number of the release of the same service and environment
+	// that Variables and Removed are relative to (Number-1); 0 means that
+	// Variables is the release's whole set.
+	Base int `json:"base,omitempty"`
+	// Variables are the release's variables that are not in release Base
+	// with the same value (with Base 0: all of them), sorted by name.
+	Variables []Variable `json:"variables"`
+	// Removed names the variables of release Base that this release does not
+	// have, sorted.
+	Removed []string `json:"removed,omitempty"`
 	// Reason says why the release exists: "deploy", "variables", "scale".
 	Reason string `json:"reason"`
+}
+
+// ReleaseVariables returns the whole variable set of release e, given the set
+// of release e.Base (ignored when e.Base is 0), sorted by name.
+func ReleaseVariables(base []Variable, e ReleaseCreated) []Variable {
+	if e.Base == 0 {
+		return slices.Clone(e.Variables)
+	}
+	byName := make(map[string]Variable, len(base)+len(e.Variables))
+	for _, v := range base {
+		byName[v.Name] = v
+	}
+	for _, n := range e.Removed {
+		delete(byName, n)
+	}
+	for _, v := range e.Variables {
+		byName[v.Name] = v
+	}
+	out := make([]Variable, 0, len(byName))
+	for _, n := range sortedKeys(byName) {
+		out = append(out, byName[n])
+	}
+	return out
 }
 
 // DeploymentRequested records that a release is to run in its environment.
@@ -388,12 +426,33 @@ type ChangeSetRejected struct {
 // RevisionCompiled records a desired-state revision of an environment: once
 // compiled, agents may already have applied it, so it is a fact that a replay
 // reproduces exactly, whatever a newer compiler would make.
+//
+// Schema 1 carried the whole document (Document). Schema 2 carries what
+// changed against revision Base (Number-1; 0 for the first revision, against
+// the empty document): the document is cut into objects (the environment,
+// each service without its variables, each variable of each service; see
+// projections.SplitDocument), and Set holds the objects that are new or
+// changed, Removed the keys of those that are gone. Hash is always the hash of
+// the whole canonical document, as agents receive it.
 type RevisionCompiled struct {
-	EnvironmentID string          `json:"environmentId"`
-	ProjectID     string          `json:"projectId"`
-	Number        int             `json:"number"`
-	Hash          string          `json:"hash"`
-	Document      json.RawMessage `json:"document"`
+	EnvironmentID string           `json:"environmentId"`
+	ProjectID     string           `json:"projectId"`
+	Number        int              `json:"number"`
+	Hash          string           `json:"hash"`
+	Document      json.RawMessage  `json:"document,omitempty"`
+	Base          int              `json:"base,omitempty"`
+	Set           []RevisionObject `json:"set,omitempty"`
+	Removed       []string         `json:"removed,omitempty"`
+}
+
+// Whole reports whether the event carries the whole document (schema 1).
+func (e RevisionCompiled) Whole() bool { return e.Document != nil }
+
+// RevisionObject is one object of a desired-state document: its key and its
+// JSON value.
+type RevisionObject struct {
+	Key   string          `json:"key"`
+	Value json.RawMessage `json:"value"`
 }
 
 // EventType implementations: the stable names.

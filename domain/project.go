@@ -29,6 +29,10 @@ type Project struct {
 	Replicas map[string]map[string]map[string]int
 	// ReleaseCount: environment id -> service id -> releases made so far.
 	ReleaseCount map[string]map[string]int
+	// Released: environment id -> service id -> name -> variable, the whole
+	// variable set of the latest release: a new release records only what
+	// differs from it.
+	Released map[string]map[string]map[string]Variable
 	// Current: environment id -> service id -> the latest deployment.
 	Current map[string]map[string]CurrentDeployment
 	// Paused: environment id -> service id -> automatic deploys paused.
@@ -79,6 +83,7 @@ func NewProject() *Project {
 		Domains:      map[string]DomainRoute{},
 		Replicas:     map[string]map[string]map[string]int{},
 		ReleaseCount: map[string]map[string]int{},
+		Released:     map[string]map[string]map[string]Variable{},
 		Current:      map[string]map[string]CurrentDeployment{},
 		Paused:       map[string]map[string]bool{},
 		ChangeSets:   map[string]*ChangeSet{},
@@ -141,6 +146,17 @@ func (p *Project) ApplyAt(e Event, at time.Time) {
 		nested(nested(p.Replicas, e.EnvironmentID), e.ServiceID)[e.Process] = e.Replicas
 	case ReleaseCreated:
 		nested(p.ReleaseCount, e.EnvironmentID)[e.ServiceID] = e.Number
+		vars := nested(p.Released, e.EnvironmentID)[e.ServiceID]
+		if e.Base == 0 || vars == nil {
+			vars = make(map[string]Variable, len(e.Variables))
+			nested(p.Released, e.EnvironmentID)[e.ServiceID] = vars
+		}
+		for _, n := range e.Removed {
+			delete(vars, n)
+		}
+		for _, v := range e.Variables {
+			vars[v.Name] = v
+		}
 		nested(p.Current, e.EnvironmentID)[e.ServiceID] = CurrentDeployment{ReleaseID: e.ReleaseID, Image: e.Image}
 	case DeploymentRequested:
 		cur := p.Current[e.EnvironmentID][e.ServiceID]

@@ -136,7 +136,10 @@ func TestDeployCreatesAnImmutableReleaseWithFrozenConfiguration(t *testing.T) {
 	require.Equal(t, 2, rel2.Number)
 	require.Equal(t, digest, rel2.Image, "a configuration release keeps the running image")
 	require.Equal(t, "variables", rel2.Reason)
-	require.Equal(t, "9090", rel2.Variables[1].Value)
+	require.Equal(t, 1, rel2.Base, "the release records its variables against release 1")
+	require.Equal(t, []domain.Variable{{Name: "PORT", Value: "9090"}}, rel2.Variables, "only the variable that changed")
+	require.Empty(t, rel2.Removed)
+	require.Equal(t, []domain.Variable{{Name: "LOG", Value: "debug"}, {Name: "PORT", Value: "9090"}}, domain.ReleaseVariables(rel.Variables, rel2))
 	require.Equal(t, "8080", rel.Variables[1].Value, "the first release is unchanged")
 	require.Equal(t, domain.DeriveID("c2", "release", stagingID, apiID), rel2.ReleaseID, "ids derive from the command")
 
@@ -505,4 +508,64 @@ func TestVariableLimits(t *testing.T) {
 	require.ErrorContains(t, err, "total at most")
 	_, err = p.Decide(domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: []domain.Variable{{Name: "N", Value: "a\x00b"}}}, meta(alice, "c"))
 	require.ErrorIs(t, err, domain.ErrInvalid, "a NUL never reaches an event")
+}
+
+// A release records the variables that differ from the release before it:
+// the event of one update holds that update, however many variables the
+// service has, and folding the changes gives every release's whole set.
+func TestReleasesRecordOnlyChangedVariables(t *testing.T) {
+	t.Parallel()
+	p := baseProject(t)
+	var many []domain.Variable
+	for i := 0; i < 500; i++ {
+		many = append(many, domain.Variable{Name: fmt.Sprintf("V%03d", i), Value: strings.Repeat("x", 100)})
+	}
+	evs := decideAll(t, p, meta(alice, "c1"),
+		domain.SetVariables{EnvironmentID: stagingID, Variables: []domain.Variable{{Name: "SHARED", Value: "a"}}},
+		domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: many},
+		domain.Deploy{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: digest},
+	)
+	first := evs[len(evs)-2].(domain.ReleaseCreated)
+	require.Equal(t, 0, first.Base, "the first release holds its whole set")
+	require.Len(t, first.Variables, 501)
+	whole := map[int][]domain.Variable{1: first.Variables}
+
+	steps := []struct {
+		cmd         domain.ProjectCommand
+		set, remove []string
+	}{
+		{domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: []domain.Variable{{Name: "V007", Value: "changed"}}}, []string{"V007"}, nil},
+		{domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: []domain.Variable{{Name: "V007", Value: "changed"}}}, nil, nil},
+		{domain.UnsetVariables{EnvironmentID: stagingID, ServiceID: apiID, Names: []string{"V100", "V200"}}, nil, []string{"V100", "V200"}},
+		// An environment-wide change reaches the service's release too.
+		{domain.SetVariables{EnvironmentID: stagingID, Variables: []domain.Variable{{Name: "SHARED", Value: "b"}}}, []string{"SHARED"}, nil},
+		// A service's own value hides the environment-wide one.
+		{domain.SetVariables{EnvironmentID: stagingID, ServiceID: apiID, Variables: []domain.Variable{{Name: "SHARED", Value: "c"}}}, []string{"SHARED"}, nil},
+		{domain.Scale{EnvironmentID: stagingID, ServiceID: apiID, Process: "web", Replicas: 2}, nil, nil},
+	}
+	for i, st := range steps {
+		evs := decideAll(t, p, meta(alice, fmt.Sprint("s", i)), st.cmd)
+		var rel domain.ReleaseCreated
+		for _, e := range evs {
+			if r, ok := e.(domain.ReleaseCreated); ok {
+				rel = r
+			}
+		}
+		require.Equal(t, i+2, rel.Number, "step %d", i)
+		require.Equal(t, rel.Number-1, rel.Base)
+		var names []string
+		for _, v := range rel.Variables {
+			names = append(names, v.Name)
+		}
+		require.Equal(t, st.set, names, "step %d: the release records only what changed", i)
+		require.Equal(t, st.remove, rel.Removed, "step %d", i)
+		whole[rel.Number] = domain.ReleaseVariables(whole[rel.Base], rel)
+	}
+	require.Len(t, whole[4], 499)
+	last := whole[len(steps)+1]
+	require.Len(t, last, 499)
+	require.Contains(t, last, domain.Variable{Name: "SHARED", Value: "c"})
+	require.Contains(t, last, domain.Variable{Name: "V007", Value: "changed"})
+	require.Equal(t, p.Released[stagingID][apiID]["SHARED"], domain.Variable{Name: "SHARED", Value: "c"}, "the state keeps the latest release's set")
+	require.Len(t, p.Released[stagingID][apiID], 499)
 }

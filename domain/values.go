@@ -8,6 +8,7 @@
 package domain
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"regexp"
@@ -158,15 +159,24 @@ type Variable struct {
 	Secret *SealedValue `json:"secret,omitempty"`
 }
 
-// Validate checks name and value.
-// Limits of variables: a release freezes every variable of its service, so
-// they bound what each configuration change stores.
+// Equal reports whether two variables have the same name and value (sealed
+// values compare by key and ciphertext).
+func (v Variable) Equal(o Variable) bool {
+	if v.Name != o.Name || v.Value != o.Value || (v.Secret == nil) != (o.Secret == nil) {
+		return false
+	}
+	return v.Secret == nil || v.Secret.DataKeyID == o.Secret.DataKeyID && bytes.Equal(v.Secret.Ciphertext, o.Secret.Ciphertext)
+}
+
+// Limits of variables. Releases and revisions record what changed, not every
+// variable again, so these bound the size of a service's configuration (what
+// the agent and the compiler handle at once), not what an update stores.
 const (
 	// MaxVariableValue bounds one value (a secret's plain value too).
 	MaxVariableValue = 32 << 10
 	// MaxVariablesPerScope bounds the variables of a service, or the
 	// environment-wide ones, in one environment.
-	MaxVariablesPerScope = 200
+	MaxVariablesPerScope = 1000
 	// MaxVariableBytesPerScope bounds their values together.
 	MaxVariableBytesPerScope = 256 << 10
 )

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nebulactrl/nebulactrl/compiler"
+	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
@@ -116,11 +117,10 @@ func (p *Projections) compileAffected(ctx context.Context, tx pgx.Tx, batch []De
 		if hash == lastHash {
 			continue
 		}
-		canonical, err := doc.Canonical()
+		ev, err := p.revisionEvent(ctx, tx, env, snap.ProjectID, last, hash, doc)
 		if err != nil {
 			return err
 		}
-		ev := domain.RevisionCompiled{EnvironmentID: env, ProjectID: snap.ProjectID, Number: last + 1, Hash: hash, Document: json.RawMessage(canonical)}
 		typ, v, payload, err := domain.Encode(ev)
 		if err != nil {
 			return err
@@ -136,6 +136,33 @@ func (p *Projections) compileAffected(ctx context.Context, tx pgx.Tx, batch []De
 		p.cfg.Logger.Debug("revision compiled", "environment", env, "revision", last+1, "hash", hash)
 	}
 	return nil
+}
+
+// revisionEvent records revision last+1 of env as what changed against
+// revision last: the objects of the document (see SplitDocument) that are new
+// or changed, and the keys of those gone. The first revision, or one whose
+// predecessor cannot be rebuilt, sets every object (Base 0).
+func (p *Projections) revisionEvent(ctx context.Context, tx pgx.Tx, env, projectID string, last int, hash string, doc desiredstate.Document) (domain.RevisionCompiled, error) {
+	ev := domain.RevisionCompiled{EnvironmentID: env, ProjectID: projectID, Number: last + 1, Hash: hash}
+	next, err := SplitDocument(doc)
+	if err != nil {
+		return ev, fmt.Errorf("revision %d of %s: %w", last+1, env, err)
+	}
+	prev := map[string]json.RawMessage{}
+	if last > 0 {
+		before, err := DocumentAt(ctx, tx, env, last)
+		if err == nil {
+			prev, err = SplitDocument(before.Document)
+		}
+		if err != nil {
+			p.cfg.Logger.Warn("the revision before cannot be rebuilt: recording the whole document", "environment", env, "revision", last, "err", err)
+			prev = nil
+		} else {
+			ev.Base = last
+		}
+	}
+	ev.Set, ev.Removed = DiffObjects(prev, next)
+	return ev, nil
 }
 
 func lastRevision(ctx context.Context, tx pgx.Tx, stream string) (int, string, error) {
@@ -284,12 +311,7 @@ func LoadSnapshot(ctx context.Context, q eventstore.Querier, envID string, keys 
 			rows.Close()
 			return s, fmt.Errorf("release %s: %w", rel.ID, err)
 		}
-		rel.Processes, rel.Variables = cfg.Processes, cfg.Variables
-		for _, v := range cfg.Variables {
-			if v.Secret != nil {
-				keyIDs = append(keyIDs, v.Secret.DataKeyID)
-			}
-		}
+		rel.Processes = cfg.Processes
 		if x := byID[svc]; x != nil {
 			r := rel
 			x.Release = &r
@@ -298,6 +320,21 @@ func LoadSnapshot(ctx context.Context, q eventstore.Querier, envID string, keys 
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return s, fmt.Errorf("loading releases of %s: %w", envID, err)
+	}
+	// Each current release's variables: the versioned rows valid at its number.
+	for i := range s.Services {
+		rel := s.Services[i].Release
+		if rel == nil {
+			continue
+		}
+		if rel.Variables, err = ReleaseVariables(ctx, q, envID, s.Services[i].ID, rel.Number); err != nil {
+			return s, err
+		}
+		for _, v := range rel.Variables {
+			if v.Secret != nil {
+				keyIDs = append(keyIDs, v.Secret.DataKeyID)
+			}
+		}
 	}
 
 	if len(keyIDs) > 0 {

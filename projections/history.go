@@ -2,18 +2,27 @@ package projections
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
-// ReleaseConfig is the configuration a release froze, as the releases table keeps it.
+// ReleaseConfig is the configuration a release froze, as the releases table
+// keeps it; its variables are rows of release_variables (see ReleaseVariables).
 type ReleaseConfig struct {
-	Processes []domain.Process  `json:"processes"`
-	Variables []domain.Variable `json:"variables"`
+	Processes []domain.Process `json:"processes"`
 }
+
+// releaseVariablesTable keeps the variables of every release as versioned
+// rows: a row is valid from release from_number until to_number (exclusive;
+// NULL while the service's latest release has it). A release records what
+// changed against the one before, so its rows are that change.
+const releaseVariablesTable = "release_variables"
 
 // history projects the release history: releases, deployments, the current
 // release of each service in each environment, and change sets.
@@ -49,12 +58,14 @@ func (h *history) Tables() []string {
 	for _, t := range h.all() {
 		names = append(names, t.name)
 	}
-	return names
+	return append(names, releaseVariablesTable)
 }
 
 func actorLabel(a domain.Actor) string { return string(a.Kind) + ":" + a.Name }
 
 func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
+	// Variable rows are closed and added in event order, in one round trip.
+	vars := &pgx.Batch{}
 	for _, e := range batch {
 		at := e.OccurredAt
 		_, streamID := domain.StreamID(e.StreamID)
@@ -64,8 +75,9 @@ func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error
 		}
 		switch d := e.Data.(type) {
 		case domain.ReleaseCreated:
-			cfg := mustJSON(ReleaseConfig{Processes: d.Processes, Variables: d.Variables})
+			cfg := mustJSON(ReleaseConfig{Processes: d.Processes})
 			h.releases.upsert(d.ReleaseID, org, streamID, d.EnvironmentID, d.ServiceID, d.Number, d.Image, cfg, d.Reason, at, actorLabel(e.Actor))
+			queueReleaseVariables(vars, org, d)
 		case domain.DeploymentRequested:
 			h.deployments.upsert(d.DeploymentID, org, streamID, d.EnvironmentID, d.ServiceID, d.ReleaseID, string(domain.StatusRequested), "",
 				at, at, actorLabel(e.Actor), e.Position, d.Rollback, 0, 0, 0, "", nil, nil, nil)
@@ -90,6 +102,10 @@ func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error
 			if err := flush(ctx, tx, h.all()...); err != nil {
 				return err
 			}
+			if err := sendBatch(ctx, tx, vars); err != nil {
+				return err
+			}
+			vars = &pgx.Batch{}
 			if err := revertCurrent(ctx, tx, d.DeploymentID); err != nil {
 				return err
 			}
@@ -117,7 +133,85 @@ func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error
 			h.changesets.update([]any{d.ChangeSetID}, map[string]any{"status": "expired", "decided_by": "", "decided_at": at})
 		}
 	}
+	if err := sendBatch(ctx, tx, vars); err != nil {
+		return err
+	}
 	return flush(ctx, tx, h.all()...)
+}
+
+// queueReleaseVariables records a release's variables: the rows of the names
+// it sets or removes (all, for a whole set) are closed at its number, and
+// its new or changed variables get rows from its number on.
+func queueReleaseVariables(b *pgx.Batch, org any, d domain.ReleaseCreated) {
+	if d.Base == 0 {
+		b.Queue(`UPDATE release_variables SET to_number = $3 WHERE environment_id = $1 AND service_id = $2 AND to_number IS NULL`,
+			d.EnvironmentID, d.ServiceID, d.Number)
+	} else {
+		names := make([]string, 0, len(d.Variables)+len(d.Removed))
+		for _, v := range d.Variables {
+			names = append(names, v.Name)
+		}
+		names = append(names, d.Removed...)
+		if len(names) > 0 {
+			b.Queue(`UPDATE release_variables SET to_number = $3 WHERE environment_id = $1 AND service_id = $2 AND to_number IS NULL
+				AND name = ANY($4)`, d.EnvironmentID, d.ServiceID, d.Number, names)
+		}
+	}
+	if len(d.Variables) == 0 {
+		return
+	}
+	names := make([]string, len(d.Variables))
+	values := make([]string, len(d.Variables))
+	secrets := make([]*string, len(d.Variables))
+	for i, v := range d.Variables {
+		names[i], values[i] = v.Name, v.Value
+		if v.Secret != nil {
+			s := mustJSON(v.Secret)
+			secrets[i] = &s
+		}
+	}
+	b.Queue(`INSERT INTO release_variables (environment_id, service_id, name, from_number, org_id, to_number, value, secret)
+		SELECT $1::uuid, $2::uuid, n, $3::integer, $4::uuid, NULL, v, s::jsonb FROM unnest($5::text[], $6::text[], $7::text[]) AS x(n, v, s)`,
+		d.EnvironmentID, d.ServiceID, d.Number, org, names, values, secrets)
+}
+
+// sendBatch runs the queued statements, in order.
+func sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("recording release variables: %w", err)
+	}
+	return nil
+}
+
+// ReleaseVariables returns the whole variable set of release number of a
+// service in an environment, from the rows valid at that number.
+func ReleaseVariables(ctx context.Context, q eventstore.Querier, envID, serviceID string, number int) ([]domain.Variable, error) {
+	rows, err := q.Query(ctx, `SELECT name, value, secret FROM release_variables
+		WHERE environment_id = $1 AND service_id = $2 AND coalesce(to_number, 2147483647) > $3 AND from_number <= $3
+		ORDER BY name`, envID, serviceID, number)
+	if err != nil {
+		return nil, fmt.Errorf("reading the variables of release %d: %w", number, err)
+	}
+	defer rows.Close()
+	var out []domain.Variable
+	for rows.Next() {
+		var v domain.Variable
+		var secret []byte
+		if err := rows.Scan(&v.Name, &v.Value, &secret); err != nil {
+			return nil, err
+		}
+		if secret != nil {
+			v.Secret = &domain.SealedValue{}
+			if err := json.Unmarshal(secret, v.Secret); err != nil {
+				return nil, fmt.Errorf("variable %s of release %d: %w", v.Name, number, err)
+			}
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }
 
 // revertCurrent makes the latest succeeded deployment of the failed
@@ -135,21 +229,82 @@ func revertCurrent(ctx context.Context, tx pgx.Tx, failed string) error {
 	return nil
 }
 
-// revisions projects revision.compiled events into the revisions table.
+// revisions projects revision.compiled events: the revisions table (number,
+// hash, when) and the objects of each revision's document as versioned rows
+// (revision_objects, valid from revision from_number until to_number,
+// exclusive), so a revision adds rows for what changed only and any revision
+// can be rebuilt (DocumentAt).
 type revisions struct{ t *table }
 
 func newRevisions() *revisions {
-	return &revisions{t: newInsertOnlyTable("revisions", 2, "environment_id uuid", "number integer", "org_id uuid", "hash text", "document json", "compiled_at timestamptz")}
+	return &revisions{t: newInsertOnlyTable("revisions", 2, "environment_id uuid", "number integer", "org_id uuid", "hash text", "compiled_at timestamptz")}
 }
 
 func (r *revisions) Name() string     { return "revisions" }
-func (r *revisions) Tables() []string { return []string{r.t.name} }
+func (r *revisions) Tables() []string { return []string{r.t.name, "revision_objects"} }
 
 func (r *revisions) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
+	objs := &pgx.Batch{}
 	for _, e := range batch {
 		if d, ok := e.Data.(domain.RevisionCompiled); ok {
-			r.t.upsert(d.EnvironmentID, d.Number, nullable(e.OrgID), d.Hash, string(d.Document), e.OccurredAt)
+			r.t.upsert(d.EnvironmentID, d.Number, nullable(e.OrgID), d.Hash, e.OccurredAt)
+			if err := queueRevisionObjects(objs, nullable(e.OrgID), d); err != nil {
+				return err
+			}
+		}
+	}
+	if objs.Len() > 0 {
+		if err := tx.SendBatch(ctx, objs).Close(); err != nil {
+			return fmt.Errorf("recording revision objects: %w", err)
 		}
 	}
 	return flush(ctx, tx, r.t)
+}
+
+// queueRevisionObjects closes the rows of the objects a revision changes or
+// removes (every row, for a whole document) and adds rows for the objects it
+// sets.
+func queueRevisionObjects(b *pgx.Batch, org any, d domain.RevisionCompiled) error {
+	set, removed := d.Set, d.Removed
+	if d.Whole() || d.Base == 0 {
+		b.Queue(`UPDATE revision_objects SET to_number = $2 WHERE environment_id = $1 AND to_number IS NULL`, d.EnvironmentID, d.Number)
+	}
+	if d.Whole() {
+		doc, err := desiredstate.Decode(d.Document)
+		if err != nil {
+			// The document was checked when it was compiled; one that
+			// cannot be read now is kept as the event has it.
+			return fmt.Errorf("revision %d of %s: %w", d.Number, d.EnvironmentID, err)
+		}
+		objs, err := SplitDocument(doc)
+		if err != nil {
+			return err
+		}
+		set = make([]domain.RevisionObject, 0, len(objs))
+		for _, k := range sortedKeys(objs) {
+			set = append(set, domain.RevisionObject{Key: k, Value: objs[k]})
+		}
+	} else if d.Base > 0 {
+		keys := make([]string, 0, len(set)+len(removed))
+		for _, o := range set {
+			keys = append(keys, o.Key)
+		}
+		keys = append(keys, removed...)
+		if len(keys) > 0 {
+			b.Queue(`UPDATE revision_objects SET to_number = $2 WHERE environment_id = $1 AND to_number IS NULL AND key = ANY($3)`,
+				d.EnvironmentID, d.Number, keys)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	keys := make([]string, len(set))
+	values := make([]string, len(set))
+	for i, o := range set {
+		keys[i], values[i] = o.Key, string(o.Value)
+	}
+	b.Queue(`INSERT INTO revision_objects (environment_id, key, from_number, org_id, to_number, value)
+		SELECT $1::uuid, k, $2::integer, $3::uuid, NULL, v::jsonb FROM unnest($4::text[], $5::text[]) AS x(k, v)`,
+		d.EnvironmentID, d.Number, org, keys, values)
+	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nebulactrl/nebulactrl/desiredstate"
-	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
@@ -389,45 +388,18 @@ type Revision struct {
 // ErrNoRevision means the environment had no revision at that time.
 var ErrNoRevision = errors.New("no revision")
 
-// StateAt returns the revision an environment had at time at, from the
-// revision events themselves (the facts), not from a projection.
+// StateAt returns the revision an environment had at time at: which one,
+// from the revision events themselves (the facts); its document rebuilt as
+// DocumentAt does, checked against the hash its event recorded.
 func StateAt(ctx context.Context, q eventstore.Querier, envID string, at time.Time) (Revision, error) {
-	return revisionWhere(ctx, q, envID, `occurred_at <= $2 ORDER BY stream_version DESC LIMIT 1`, at)
+	n, err := revisionAt(ctx, q, envID, at)
+	if err != nil {
+		return Revision{}, err
+	}
+	return DocumentAt(ctx, q, envID, n)
 }
 
 // RevisionNumber returns revision n of an environment (0 means the latest).
 func RevisionNumber(ctx context.Context, q eventstore.Querier, envID string, n int) (Revision, error) {
-	if n == 0 {
-		return revisionWhere(ctx, q, envID, `$2::int = 0 ORDER BY stream_version DESC LIMIT 1`, 0)
-	}
-	return revisionWhere(ctx, q, envID, `stream_version = $2`, n)
-}
-
-func revisionWhere(ctx context.Context, q eventstore.Querier, envID, where string, arg any) (Revision, error) {
-	var rev Revision
-	var payload []byte
-	var typ string
-	var sv int16
-	err := q.QueryRow(ctx, `SELECT event_type, schema_version, payload, occurred_at FROM events
-		WHERE stream_id = $1 AND `+where, domain.RevisionStream(envID), arg).Scan(&typ, &sv, &payload, &rev.CompiledAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return rev, ErrNoRevision
-	}
-	if err != nil {
-		return rev, fmt.Errorf("reading revisions of %s: %w", envID, err)
-	}
-	ev, err := domain.Decode(typ, int(sv), payload)
-	if err != nil {
-		return rev, err
-	}
-	rc, ok := ev.(domain.RevisionCompiled)
-	if !ok {
-		return rev, fmt.Errorf("stream of %s holds a %s event", envID, typ)
-	}
-	doc, err := desiredstate.Decode(rc.Document)
-	if err != nil {
-		return rev, fmt.Errorf("revision %d of %s: %w", rc.Number, envID, err)
-	}
-	rev.EnvironmentID, rev.Number, rev.Hash, rev.Document = envID, rc.Number, rc.Hash, doc
-	return rev, nil
+	return DocumentAt(ctx, q, envID, n)
 }

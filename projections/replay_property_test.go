@@ -31,6 +31,7 @@ func TestReplayEqualsLiveForAnyCommandSequence(t *testing.T) {
 			rep, err := projections.Replay(context.Background(), b.pool)
 			require.NoError(t, err)
 			require.True(t, rep.Equal(), "replay differs from live: %+v", rep)
+			checkHistoryRebuilds(t, b)
 		})
 	}
 }
@@ -89,7 +90,7 @@ func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
 	}
 	for i := 0; i < n; i++ {
 		u := rng.IntN(len(users))
-		switch rng.IntN(16) {
+		switch rng.IntN(18) {
 		case 0:
 			must(b.cmd.Organisation(ctx, as(0), org, domain.AddMember{UserID: users[1+rng.IntN(2)], Role: []domain.Role{domain.RoleAdmin, domain.RoleMember, domain.RoleViewer}[rng.IntN(3)]}))
 		case 1:
@@ -153,6 +154,37 @@ func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
 			_, other := pickMap(services)
 			must(b.cmd.Project(ctx, as(u), org, project, domain.SetVariables{EnvironmentID: env, ServiceID: svc, Variables: []domain.Variable{
 				{Name: fmt.Sprint("V", rng.IntN(3)), Value: fmt.Sprint(i)}, {Name: "REF", Value: "${{ " + map[bool]string{true: "api", false: "db"}[other != svc] + ".HOST }}"}}}))
+		case 16:
+			_, env := pickMap(envs)
+			_, svc := pickMap(services)
+			must(b.cmd.Project(ctx, as(u), org, project, domain.UnsetVariables{EnvironmentID: env, ServiceID: svc, Names: []string{fmt.Sprint("V", rng.IntN(3))}}))
+		case 17:
+			// A rollback to an earlier release, as the API makes it: the
+			// release's facts read from the release history.
+			b.catchUp(t)
+			_, env := pickMap(envs)
+			_, svc := pickMap(services)
+			rows, err := b.pool.Query(ctx, `SELECT id::text, number, image FROM releases WHERE environment_id::text = $1 AND service_id::text = $2 ORDER BY number`, env, svc)
+			require.NoError(t, err)
+			var refs []domain.ReleaseRef
+			var relIDs []string
+			for rows.Next() {
+				r := domain.ReleaseRef{EnvironmentID: env, ServiceID: svc}
+				var relID string
+				require.NoError(t, rows.Scan(&relID, &r.Number, &r.Image))
+				refs, relIDs = append(refs, r), append(relIDs, relID)
+			}
+			require.NoError(t, rows.Err())
+			if len(refs) > 0 {
+				dep := id()
+				k := rng.IntN(len(refs))
+				res, err := b.cmd.Project(ctx, as(u), org, project, domain.Rollback{EnvironmentID: env, ServiceID: svc, ReleaseID: relIDs[k], DeploymentID: dep,
+					Release: refs[k]})
+				must(res, err)
+				if err == nil && len(res.Events) > 0 {
+					deployments = append(deployments, dep)
+				}
+			}
 		case 13:
 			_, env := pickMap(envs)
 			_, svc := pickMap(services)
@@ -212,4 +244,53 @@ func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
 		}
 	}
 	b.catchUp(t)
+}
+
+// checkHistoryRebuilds checks that what releases and revisions record (the
+// changes) rebuilds what they stand for: every release's whole variable set,
+// from the versioned rows of the release history, equals the fold of the
+// release events; every revision's document, rebuilt, has the hash its
+// event recorded (DocumentAt checks it) and equals the fold of the events.
+func checkHistoryRebuilds(t *testing.T, b *bundle) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := b.pool.Query(ctx, `SELECT event_type, schema_version, payload FROM events
+		WHERE event_type IN ('release.created', 'revision.compiled') ORDER BY position`)
+	require.NoError(t, err)
+	type key struct{ env, svc string }
+	sets := map[key][]domain.Variable{}
+	releases, revisions, diffs := 0, 0, 0
+	for rows.Next() {
+		var typ string
+		var sv int16
+		var payload []byte
+		require.NoError(t, rows.Scan(&typ, &sv, &payload))
+		ev, err := domain.Decode(typ, int(sv), payload)
+		require.NoError(t, err)
+		switch e := ev.(type) {
+		case domain.ReleaseCreated:
+			k := key{e.EnvironmentID, e.ServiceID}
+			sets[k] = domain.ReleaseVariables(sets[k], e)
+			got, err := projections.ReleaseVariables(ctx, b.pool, e.EnvironmentID, e.ServiceID, e.Number)
+			require.NoError(t, err)
+			want := sets[k]
+			if len(want) == 0 {
+				want = nil
+			}
+			require.Equal(t, want, got, "release %d of %s/%s", e.Number, e.EnvironmentID, e.ServiceID)
+			releases++
+		case domain.RevisionCompiled:
+			rev, err := projections.RevisionNumber(ctx, b.pool, e.EnvironmentID, e.Number)
+			require.NoError(t, err, "revision %d of %s", e.Number, e.EnvironmentID)
+			require.Equal(t, e.Hash, rev.Hash)
+			if !e.Whole() && e.Base > 0 {
+				diffs++
+			}
+			revisions++
+		}
+	}
+	require.NoError(t, rows.Err())
+	require.NotZero(t, releases, "the sequence made releases")
+	require.NotZero(t, diffs, "the sequence made revisions that record a change")
+	t.Logf("%d releases and %d revisions (%d of them changes) rebuilt", releases, revisions, diffs)
 }

@@ -93,21 +93,21 @@ type ChangeSet struct {
 }
 
 // releaseConfig has the shape of projections.ReleaseConfig. It is local so
-// that reads do not pull in the projectors (and the compiler behind them),
-// and it decodes a secret as raw JSON only to see that it is there: the
-// ciphertext is never put into anything returned.
+// that reads do not pull in the projectors (and the compiler behind them).
 type releaseConfig struct {
 	Processes []domain.Process `json:"processes"`
-	Variables []struct {
-		Name   string          `json:"name"`
-		Secret json.RawMessage `json:"secret"`
-	} `json:"variables"`
 }
 
 // The current release is joined on its id as well, so only the one release
-// current_releases points at is flagged.
+// current_releases points at is flagged. A release's variables are the rows
+// of release_variables valid at its number (names only: values, and a
+// secret's ciphertext, are never read here).
 const releaseSelect = `SELECT r.id::text, r.environment_id::text, r.service_id::text, r.number, r.image, r.reason,
-		r.config, r.created_at, r.created_by, cr.release_id IS NOT NULL
+		r.config, r.created_at, r.created_by, cr.release_id IS NOT NULL,
+		coalesce((SELECT array_agg(v.name || CASE WHEN v.secret IS NOT NULL AND jsonb_typeof(v.secret) <> 'null' THEN '` + SecretSuffix + `' ELSE '' END
+			ORDER BY v.name) FROM release_variables v
+			WHERE v.environment_id = r.environment_id AND v.service_id = r.service_id
+			  AND coalesce(v.to_number, 2147483647) > r.number AND v.from_number <= r.number), '{}')
 	FROM releases r LEFT JOIN current_releases cr
 	  ON cr.environment_id = r.environment_id AND cr.service_id = r.service_id AND cr.release_id = r.id`
 
@@ -117,7 +117,7 @@ func scanRelease(row pgx.Row) (Release, error) {
 		raw []byte
 	)
 	if err := row.Scan(&r.ID, &r.EnvironmentID, &r.ServiceID, &r.Number, &r.Image, &r.Reason,
-		&raw, &r.CreatedAt, &r.CreatedBy, &r.Current); err != nil {
+		&raw, &r.CreatedAt, &r.CreatedBy, &r.Current, &r.Variables); err != nil {
 		return Release{}, err
 	}
 	var cfg releaseConfig
@@ -128,21 +128,10 @@ func scanRelease(row pgx.Row) (Release, error) {
 	if r.Processes == nil {
 		r.Processes = []domain.Process{}
 	}
-	r.Variables = make([]string, 0, len(cfg.Variables))
-	for _, v := range cfg.Variables {
-		name := v.Name
-		if isSecret(v.Secret) {
-			name += SecretSuffix
-		}
-		r.Variables = append(r.Variables, name)
+	if r.Variables == nil {
+		r.Variables = []string{}
 	}
 	return r, nil
-}
-
-// isSecret reports whether a variable's "secret" member holds a value.
-func isSecret(raw json.RawMessage) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
 }
 
 // Releases lists the releases of a service in an environment, newest first;

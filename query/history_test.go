@@ -42,6 +42,20 @@ func (h history) release(env, svc string, number int, image, config string, crea
 	return r
 }
 
+// variable adds a row of release_variables, valid from release from until
+// release to (0: still valid); secret is JSON or "".
+func (h history) variable(env, svc, name string, from, to int, value, secret string) {
+	var toN, sec any
+	if to > 0 {
+		toN = to
+	}
+	if secret != "" {
+		sec = secret
+	}
+	h.exec(`INSERT INTO release_variables (environment_id, service_id, name, from_number, org_id, to_number, value, secret)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, env, svc, name, from, h.org, toN, value, sec)
+}
+
 func (h history) deployment(env, svc, release, status, reason string, requested int) string {
 	dep := id()
 	h.exec(`INSERT INTO deployments (id, org_id, project_id, environment_id, service_id, release_id, status, reason, requested_at, updated_at, requested_by)
@@ -60,14 +74,20 @@ func TestReleases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	h := newHistory(t)
-	config := `{"processes":[{"name":"web","port":8080,"replicas":2}],
-		"variables":[{"name":"LOG_LEVEL","value":"debug"},
-		             {"name":"DATABASE_URL","secret":{"dataKeyId":"dk-7","ciphertext":"` + cipherText + `"}}]}`
+	config := `{"processes":[{"name":"web","port":8080,"replicas":2}]}`
 	r1 := h.release(h.prod, h.api, 1, "api:1", config, 10)
 	r2 := h.release(h.prod, h.api, 2, "api:2", config, 20)
-	r3 := h.release(h.prod, h.api, 3, "api:3", `{"processes":null,"variables":null}`, 30)
+	r3 := h.release(h.prod, h.api, 3, "api:3", `{"processes":null}`, 30)
 	w1 := h.release(h.prod, h.web, 1, "web:1", config, 25)
 	h.release(h.stg, h.api, 1, "api:1", config, 5)
+	// Versioned variable rows: release 1 set both, release 2 changed
+	// LOG_LEVEL, release 3 removed both.
+	secret := `{"dataKeyId":"dk-7","ciphertext":"` + cipherText + `"}`
+	h.variable(h.prod, h.api, "LOG_LEVEL", 1, 2, "debug", "")
+	h.variable(h.prod, h.api, "LOG_LEVEL", 2, 3, "trace", "")
+	h.variable(h.prod, h.api, "DATABASE_URL", 1, 3, "", secret)
+	h.variable(h.prod, h.web, "LOG_LEVEL", 1, 0, "debug", "")
+	h.variable(h.prod, h.web, "DATABASE_URL", 1, 0, "", secret)
 	d2 := h.deployment(h.prod, h.api, r2, "succeeded", "", 21)
 	h.current(h.prod, h.api, r2, d2)
 
@@ -89,7 +109,7 @@ func TestReleases(t *testing.T) {
 	require.Equal(t, "user:alice@example.com", r.CreatedBy)
 	require.True(t, r.CreatedAt.Equal(at(20)))
 	require.Equal(t, []domain.Process{{Name: "web", Port: 8080, Replicas: 2}}, r.Processes)
-	require.Equal(t, []string{"LOG_LEVEL", "DATABASE_URL" + query.SecretSuffix}, r.Variables)
+	require.Equal(t, []string{"DATABASE_URL" + query.SecretSuffix, "LOG_LEVEL"}, r.Variables, "the rows valid at release 2, by name")
 
 	js := jsonOf(t, rels)
 	require.NotContains(t, js, cipherText)

@@ -33,9 +33,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nebulactrl/nebulactrl/command"
-	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/projections"
 )
 
 // SubscriptionName is the stable name of the reactions' subscription.
@@ -219,11 +219,14 @@ func clearDeployment(id string) []timerOp {
 
 // deliver opens the stream of each deployment a revision carries.
 func (r *Reactions) deliver(ctx context.Context, tx pgx.Tx, e eventstore.Event, rc domain.RevisionCompiled, c command.Context) error {
-	doc, err := desiredstate.Decode(rc.Document)
+	// The event records what changed; the whole document is rebuilt (and
+	// checked against the revision's hash).
+	rev, err := projections.DocumentAt(ctx, tx, rc.EnvironmentID, rc.Number)
 	if err != nil {
 		r.cfg.Logger.Error("reactions: a revision's document cannot be read", "environment", rc.EnvironmentID, "revision", rc.Number, "err", err)
 		return nil
 	}
+	doc := rev.Document
 	for _, s := range doc.Services {
 		cmd := domain.DeliverDeployment{ProjectID: rc.ProjectID, EnvironmentID: rc.EnvironmentID, ServiceID: s.ID,
 			ClusterID: doc.Environment.ClusterID, Revision: rc.Number}
