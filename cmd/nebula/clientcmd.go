@@ -102,9 +102,9 @@ func argsOrNothing(usage string) string {
 
 // group is a command whose subcommands do the work (nebula project create).
 // Without one it prints its help; with an unknown one it fails with exit
-// code 2 and suggests the nearest.
+// code 2 and suggests the nearest (uniformUsage gives it unknownCommand).
 func group(name, usage string, subs ...*cli.Command) *cli.Command {
-	return &cli.Command{Name: name, Usage: usage, Subcommands: subs, Action: unknownCommand}
+	return &cli.Command{Name: name, Usage: usage, Subcommands: subs}
 }
 
 // unknownCommand is the action of the app and of a group: help without

@@ -19,22 +19,31 @@ func init() {
 	}
 }
 
+// buildHook is told of the app run builds (the tests walk its commands).
+var buildHook func(*cli.App)
+
 // uniformUsage makes every command of the app answer a wrong command line
 // the same way: a flag error or an unknown subcommand exits with code 2 and
 // says what would have been right.
 func uniformUsage(app *cli.App) {
+	if buildHook != nil {
+		buildHook(app)
+	}
 	app.OnUsageError = onUsageError(nil)
-	var walk func(cmds []*cli.Command)
-	walk = func(cmds []*cli.Command) {
+	var walk func(prefix string, cmds []*cli.Command)
+	walk = func(prefix string, cmds []*cli.Command) {
 		for _, c := range cmds {
 			c.OnUsageError = onUsageError(c)
 			if len(c.Subcommands) > 0 && c.Action == nil {
 				c.Action = unknownCommand
+				if c.UsageText == "" {
+					c.UsageText = prefix + " " + c.Name + " command [command options] [arguments...]"
+				}
 			}
-			walk(c.Subcommands)
+			walk(prefix+" "+c.Name, c.Subcommands)
 		}
 	}
-	walk(app.Commands)
+	walk(app.Name, app.Commands)
 }
 
 func onUsageError(cmd *cli.Command) cli.OnUsageErrorFunc {

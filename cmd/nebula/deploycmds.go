@@ -279,6 +279,9 @@ Example:
 				if len(x.args) < 1 || len(x.args) > 2 {
 					return usagef("want %s [DEPLOYMENT], got %d argument(s) (see --help)", shapeTarget, len(x.args))
 				}
+				if x.format() == outYAML {
+					return usagef("deployments watch prints JSON lines (-o json or -o jsonl), not YAML")
+				}
 				a, err := x.address(0, shapeTarget)
 				if err != nil {
 					return err

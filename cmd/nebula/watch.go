@@ -19,7 +19,9 @@ import (
 )
 
 // Exit codes of following a deployment (deploy --wait, rollback --wait,
-// deployments watch). 1 stays every other error.
+// deployments watch). 3, 4 and 5 also keep the meanings every command gives
+// them (not found, forbidden, conflict: output.go); 1 stays every other
+// error.
 const (
 	exitFailed     = 3
 	exitSuperseded = 4
@@ -29,11 +31,12 @@ const (
 
 // exitCodesHelp is the part of --help that names them.
 const exitCodesHelp = `Exit codes:
-   0  the deployment succeeded
-   1  any other error (a bad argument, the control plane refused, ...)
-   3  the deployment failed; the reason is printed
-   4  a newer deployment superseded it
-   5  --timeout passed first; the deployment goes on
+   0  the deployment succeeded (without --wait: it started)
+   1  any other failure
+   2  the command line is wrong, or the control plane refused a value (400, 422)
+   3  the deployment failed (the reason is printed), or what it names was not found
+   4  a newer deployment superseded it, or the token is missing, expired or lacks the scope
+   5  --timeout passed first (the deployment goes on), or a conflict (409)
    6  the environment is protected: the change waits in a change set for
       someone else's approval (its id and how to approve it are printed)`
 
