@@ -120,7 +120,6 @@ func (a *API) projectCommand(ctx context.Context, r *http.Request, c *call, cmd 
 	if err != nil {
 		return res, err
 	}
-	c.version = res.Version
 	return res, a.settle(ctx, res)
 }
 
@@ -569,9 +568,12 @@ func blockers(d query.Deployment, cluster query.ClusterStatus) []string {
 }
 
 func (a *API) listDeployments(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	limit, err := intQuery(r, "limit", 50, 1, 500)
+	if err != nil {
+		return 0, nil, err
+	}
 	ctx := r.Context()
-	// The history may be long: read only as far as the page asked for.
-	ds, err := query.Deployments(ctx, a.pool, c.env.ID, c.service.ID, c.page.window())
+	ds, err := query.Deployments(ctx, a.pool, c.env.ID, c.service.ID, limit)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -33,7 +33,9 @@ func levelPath(org, project, env, service string) string {
 
 // Projects lists an organisation's projects.
 func (c *Client) Projects(ctx context.Context, org string) ([]query.Project, error) {
-	return list[query.Project](ctx, c, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/projects", org)}, 0)
+	var out []query.Project
+	_, err := c.call(ctx, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/projects", org)}, &out)
+	return out, err
 }
 
 // CreateProject creates a project.
@@ -83,7 +85,9 @@ func (c *Client) maybeChangeSet(ctx context.Context, r request, out any) (*query
 
 // Environments lists a project's environments.
 func (c *Client) Environments(ctx context.Context, org, project string) ([]query.Environment, error) {
-	return list[query.Environment](ctx, c, request{method: http.MethodGet, path: projectPath(org, project) + "/environments"}, 0)
+	var out []query.Environment
+	_, err := c.call(ctx, request{method: http.MethodGet, path: projectPath(org, project) + "/environments"}, &out)
+	return out, err
 }
 
 // CreateEnvironment creates an environment on a cluster of the organisation.
@@ -117,7 +121,9 @@ func (c *Client) DeleteEnvironment(ctx context.Context, org, project, env string
 
 // Services lists a project's services.
 func (c *Client) Services(ctx context.Context, org, project string) ([]query.Service, error) {
-	return list[query.Service](ctx, c, request{method: http.MethodGet, path: projectPath(org, project) + "/services"}, 0)
+	var out []query.Service
+	_, err := c.call(ctx, request{method: http.MethodGet, path: projectPath(org, project) + "/services"}, &out)
+	return out, err
 }
 
 // CreateService creates a service from an image or a Git branch.
@@ -152,7 +158,9 @@ func (c *Client) DeleteService(ctx context.Context, org, project, service string
 // service sees in the environment, environment-wide ones merged. Secret
 // values are never returned.
 func (c *Client) Variables(ctx context.Context, org, project, env, service string) ([]query.Variable, error) {
-	return list[query.Variable](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/variables"}, 0)
+	var out []query.Variable
+	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/variables"}, &out)
+	return out, err
 }
 
 // SetVariables sets environment-wide variables (service "") or a service's.
@@ -174,7 +182,9 @@ func (c *Client) UnsetVariable(ctx context.Context, org, project, env, service, 
 
 // Domains lists the domains of an environment (service "") or of a service in it.
 func (c *Client) Domains(ctx context.Context, org, project, env, service string) ([]query.Domain, error) {
-	return list[query.Domain](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/domains"}, 0)
+	var out []query.Domain
+	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/domains"}, &out)
+	return out, err
 }
 
 // DomainResult is the domain routed, or, in a protected environment, the
@@ -229,18 +239,18 @@ func (c *Client) Rollback(ctx context.Context, org, project, env, service string
 	return out, err
 }
 
-// Deployments lists a service's newest deployments in an environment (at
-// most limit; 0 means DefaultDeployments), newest first, with their rollout
-// stage, stall flag and blockers.
+// Deployments lists a service's deployments in an environment, newest
+// first, with their rollout stage, stall flag and blockers; limit 0 means
+// the API's default.
 func (c *Client) Deployments(ctx context.Context, org, project, env, service string, limit int) ([]api.DeploymentView, error) {
-	if limit <= 0 {
-		limit = DefaultDeployments
+	var q url.Values
+	if limit > 0 {
+		q = url.Values{"limit": {strconv.Itoa(limit)}}
 	}
-	return list[api.DeploymentView](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/deployments"}, limit)
+	var out []api.DeploymentView
+	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/deployments", query: q}, &out)
+	return out, err
 }
-
-// DefaultDeployments is how many deployments Deployments reads without a limit.
-const DefaultDeployments = 50
 
 // LatestDeployment is the id that names a service's newest deployment in an
 // environment.
@@ -272,7 +282,9 @@ func (c *Client) ResumeDeploys(ctx context.Context, org, project, env, service s
 
 // Releases lists a service's release history in an environment, newest first.
 func (c *Client) Releases(ctx context.Context, org, project, env, service string) ([]query.Release, error) {
-	return list[query.Release](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/releases"}, 0)
+	var out []query.Release
+	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/releases"}, &out)
+	return out, err
 }
 
 // StateQuery picks a revision of the desired state: the latest when zero.
@@ -302,7 +314,9 @@ func (c *Client) ChangeSets(ctx context.Context, org, project, env, status strin
 	if status != "" {
 		q = url.Values{"status": {status}}
 	}
-	return list[query.ChangeSet](ctx, c, request{method: http.MethodGet, path: envPath(org, project, env) + "/changesets", query: q}, 0)
+	var out []query.ChangeSet
+	_, err := c.call(ctx, request{method: http.MethodGet, path: envPath(org, project, env) + "/changesets", query: q}, &out)
+	return out, err
 }
 
 // ChangeSet reads a change set with what each of its changes changes.
