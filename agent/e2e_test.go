@@ -74,6 +74,13 @@ func (c cp) do(method, path string, body any, out any) int {
 	return resp.StatusCode
 }
 
+// pageItems decodes the items of a list's page ({"items": [...], "next"}) into v.
+func pageItems(v any) any {
+	return &struct {
+		Items any `json:"items"`
+	}{v}
+}
+
 // applyManifest creates the install manifest's objects, as kubectl apply would.
 func applyManifest(t *testing.T, cs kubernetes.Interface, manifest string) {
 	t.Helper()
@@ -248,7 +255,7 @@ func TestEndToEnd(t *testing.T) {
 			Service        string
 			Release, Ready int
 		}
-		c.do("GET", "/projects/shop/environments/staging/workloads", nil, &ws)
+		c.do("GET", "/projects/shop/environments/staging/workloads", nil, pageItems(&ws))
 		for _, w := range ws {
 			if w.Service == "api" && w.Release == 1 && w.Ready == 2 {
 				return true
@@ -261,7 +268,7 @@ func TestEndToEnd(t *testing.T) {
 		Ready bool
 	}
 	require.Eventually(t, func() bool {
-		c.do("GET", "/clusters/eu-1/nodes", nil, &nodes)
+		c.do("GET", "/clusters/eu-1/nodes", nil, pageItems(&nodes))
 		return len(nodes) == 2 && nodes[0].Ready
 	}, 30*time.Second, 200*time.Millisecond)
 	require.Eventually(t, func() bool {
@@ -285,7 +292,7 @@ func TestEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		var evs []struct{ Object, Reason string }
-		c.do("GET", "/clusters/eu-1/events", nil, &evs)
+		c.do("GET", "/clusters/eu-1/events", nil, pageItems(&evs))
 		for _, e := range evs {
 			if e.Reason == "ProbeFailed" && e.Object == "deployment/api-web-r1" {
 				return true
@@ -342,7 +349,7 @@ func TestEndToEnd(t *testing.T) {
 		Services []transport.ServiceOutcome
 	}
 	require.Eventually(t, func() bool {
-		c.do("GET", "/projects/shop/environments/staging/acknowledgements", nil, &acks)
+		c.do("GET", "/projects/shop/environments/staging/acknowledgements", nil, pageItems(&acks))
 		for _, a := range acks {
 			for _, s := range a.Services {
 				if s.Service == "api" && s.State == "held" && strings.Contains(s.Reason, "db") {

@@ -51,6 +51,13 @@ func call(t *testing.T, method, url, token string, body any, out any) int {
 	return resp.StatusCode
 }
 
+// itemsOf decodes the items of a list's page ({"items": [...], "next"}) into v.
+func itemsOf(v any) any {
+	return &struct {
+		Items any `json:"items"`
+	}{v}
+}
+
 // fakeAgent is a protocol client that records what it receives: the agent's
 // reconcile is tested against a real API server elsewhere; here the subject
 // is the control plane's side of the link.
@@ -176,7 +183,7 @@ func TestAgentLink(t *testing.T) {
 
 	var acks []query.Acknowledgement
 	require.Eventually(t, func() bool {
-		call(t, "GET", org+"/projects/shop/environments/staging/acknowledgements", root, nil, &acks)
+		call(t, "GET", org+"/projects/shop/environments/staging/acknowledgements", root, nil, itemsOf(&acks))
 		return len(acks) == 1 && acks[0].Revision == agent.revision(env.ID) && acks[0].Server == "agent-0"
 	}, 10*time.Second, 20*time.Millisecond, "acknowledgements are recorded")
 
@@ -189,7 +196,7 @@ func TestAgentLink(t *testing.T) {
 	// 61 seconds without a heartbeat (by the injected clock): Disconnected,
 	// and a deployment still on its way shows the blocker "delivery".
 	var deps []api.DeploymentView
-	require.Equal(t, 200, call(t, "GET", org+"/projects/shop/environments/staging/services/api/deployments", root, nil, &deps))
+	require.Equal(t, 200, call(t, "GET", org+"/projects/shop/environments/staging/services/api/deployments", root, nil, itemsOf(&deps)))
 	require.Len(t, deps, 1)
 	require.Empty(t, deps[0].Blockers, "the cluster is connected")
 	// The fake agent keeps sending heartbeats, stamped by the same clock: one
@@ -198,7 +205,7 @@ func TestAgentLink(t *testing.T) {
 	for try := 1; ; try++ {
 		offset.Store(int64(time.Duration(try) * 61 * time.Second))
 		call(t, "GET", org+"/clusters/eu-1", root, nil, &cl)
-		require.Equal(t, 200, call(t, "GET", org+"/projects/shop/environments/staging/services/api/deployments", root, nil, &deps))
+		require.Equal(t, 200, call(t, "GET", org+"/projects/shop/environments/staging/services/api/deployments", root, nil, itemsOf(&deps)))
 		if cl.Status.State == query.StateDisconnected && len(deps[0].Blockers) == 1 || try == 3 {
 			break
 		}

@@ -470,6 +470,7 @@ func (a *API) changeMember(w http.ResponseWriter, r *http.Request, c *call) (int
 	if err != nil {
 		return 0, nil, err
 	}
+	c.version = res.Version
 	if err := a.settle(ctx, res); err != nil {
 		return 0, nil, err
 	}
@@ -506,6 +507,7 @@ func (a *API) updateSettings(w http.ResponseWriter, r *http.Request, c *call) (i
 	if err != nil {
 		return 0, nil, err
 	}
+	c.version = res.Version
 	if err := a.settle(ctx, res); err != nil {
 		return 0, nil, err
 	}

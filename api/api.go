@@ -186,18 +186,23 @@ type RouteInfo struct {
 	Query map[string]string
 	// Creating routes honour Idempotency-Key.
 	Creating bool
+	// IfMatch routes honour If-Match (412 when it is stale).
+	IfMatch bool
+	// List routes answer a page ({"items", "next"}) and take limit and cursor.
+	List bool
 }
 
 // Routes lists every route.
 func (a *API) Routes() []RouteInfo {
 	out := make([]RouteInfo, 0, len(a.routes))
 	for _, r := range a.routes {
-		info := RouteInfo{Method: r.method, Path: r.path, Scope: r.scope, Public: r.public, Request: r.request, Creating: r.creating && !r.public}
-		if len(r.query) > 0 || r.events != nil {
+		info := RouteInfo{Method: r.method, Path: r.path, Scope: r.scope, Public: r.public, Request: r.request, Creating: r.creating && !r.public,
+			IfMatch: honoursIfMatch(r), List: isList(r)}
+		if qs := queryParams(r); len(qs) > 0 || r.events != nil {
 			info.Query = map[string]string{}
-		}
-		for _, q := range r.query {
-			info.Query[q.name] = q.typ
+			for _, q := range qs {
+				info.Query[q.name] = q.typ
+			}
 		}
 		if r.events != nil {
 			info.Query["lastEventId"] = "integer"
@@ -243,7 +248,7 @@ func (a *API) settle(ctx context.Context, res command.Result) error {
 
 // commandContext is who issues a command in this request.
 func commandContext(r *http.Request, c *call) command.Context {
-	return command.Context{Actor: c.actor, Person: c.principal.UserID, RequestID: requestID(r.Context())}
+	return command.Context{Actor: c.actor, Person: c.principal.UserID, RequestID: requestID(r.Context()), IfVersion: c.ifVersion}
 }
 
 var _ eventstore.Querier = (*pgxpool.Pool)(nil)

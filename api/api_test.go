@@ -74,7 +74,7 @@ func TestBadBodiesChangeNothing(t *testing.T) {
 		require.NotEmpty(t, msg)
 	}
 	var projects []query.Project
-	c.do("GET", "/api/v1/orgs/acme/projects", root, nil).json(t, &projects)
+	c.do("GET", "/api/v1/orgs/acme/projects", root, nil).items(t, &projects)
 	require.Empty(t, projects)
 	r := c.do("GET", "/api/v1/orgs/acme/audit?limit=0", root, nil)
 	require.Equal(t, 400, r.status)
@@ -100,7 +100,7 @@ func TestIdempotencyKeyCreatesOnceAcrossReplicas(t *testing.T) {
 	code, _ := other.errorCode(t)
 	require.Equal(t, "idempotency_key_reused", code)
 	var projects []query.Project
-	ca.do("GET", "/api/v1/orgs/acme/projects", root, nil).json(t, &projects)
+	ca.do("GET", "/api/v1/orgs/acme/projects", root, nil).items(t, &projects)
 	require.Len(t, projects, 1)
 	// Without a key, the same request is a duplicate name.
 	require.Equal(t, 409, ca.do("POST", "/api/v1/orgs/acme/projects", root, map[string]string{"name": "shop"}).status)

@@ -36,13 +36,8 @@ func TestBackupsThroughTheAPI(t *testing.T) {
 	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 	require.NotContains(t, string(r.body), dir, "the answer names no path on the server")
 
-	var page struct {
-		Items []api.Backup `json:"items"`
-	}
-	r = c.do("GET", "/api/v1/instance/backups", root, nil)
-	require.Equal(t, 200, r.status)
-	r.json(t, &page)
-	list := page.Items
+	var list []api.Backup
+	c.do("GET", "/api/v1/instance/backups", root, nil).items(t, &list)
 	require.Len(t, list, 1)
 	require.Equal(t, b, list[0])
 

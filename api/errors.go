@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/image"
 	"github.com/nebulactrl/nebulactrl/query"
@@ -65,6 +66,9 @@ func toAPIError(err error) *apiError {
 		return msg
 	}
 	switch {
+	case errors.Is(err, command.ErrStale):
+		return &apiError{status: http.StatusPreconditionFailed, code: "precondition_failed",
+			message: "the resource changed since the version If-Match names: read it again and reapply your change"}
 	case errors.Is(err, domain.ErrInvalid):
 		return &apiError{status: http.StatusUnprocessableEntity, code: "validation_failed", message: clean("invalid")}
 	case errors.Is(err, domain.ErrForbidden):

@@ -72,7 +72,7 @@ func TestFourEyesHasNoLoopholes(t *testing.T) {
 	r.must(c.do("PATCH", "/api/v1/orgs/acme/members/"+me.User.ID, admin, map[string]any{"role": "member"}), 403)
 	r.must(c.do("DELETE", "/api/v1/orgs/acme/members/"+me.User.ID, admin, nil), 403)
 	var members []query.Member
-	r.must(c.do("GET", "/api/v1/orgs/acme/members", r.root, nil), 200).json(t, &members)
+	r.must(c.do("GET", "/api/v1/orgs/acme/members", r.root, nil), 200).items(t, &members)
 	for _, m := range members {
 		if m.Role == "member" {
 			r.must(c.do("PATCH", "/api/v1/orgs/acme/members/"+m.UserID, admin, map[string]any{"role": "owner"}), 403)

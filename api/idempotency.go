@@ -77,6 +77,11 @@ func (a *API) idempotent(w http.ResponseWriter, r *http.Request, rt route, c *ca
 			}
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Idempotent-Replayed", "true")
+			if *status == http.StatusCreated {
+				if loc := locationOfReplay(r, rt, body); loc != "" {
+					w.Header().Set("Location", loc)
+				}
+			}
 			w.WriteHeader(*status)
 			_, _ = w.Write(body)
 		}
@@ -84,6 +89,9 @@ func (a *API) idempotent(w http.ResponseWriter, r *http.Request, rt route, c *ca
 	}
 	rec := httptest.NewRecorder()
 	status, body, err := rt.handle(rec, r, c)
+	if err == nil {
+		body, err = a.decorate(rec, r, rt, c, status, body)
+	}
 	if err != nil {
 		ae := toAPIError(err)
 		// A failed request may be retried with the same key.

@@ -120,6 +120,7 @@ func (a *API) projectCommand(ctx context.Context, r *http.Request, c *call, cmd 
 	if err != nil {
 		return res, err
 	}
+	c.version = res.Version
 	return res, a.settle(ctx, res)
 }
 
@@ -568,12 +569,9 @@ func blockers(d query.Deployment, cluster query.ClusterStatus) []string {
 }
 
 func (a *API) listDeployments(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	limit, err := intQuery(r, "limit", 50, 1, 500)
-	if err != nil {
-		return 0, nil, err
-	}
 	ctx := r.Context()
-	ds, err := query.Deployments(ctx, a.pool, c.env.ID, c.service.ID, limit)
+	// The history may be long: read only as far as the page asked for.
+	ds, err := query.Deployments(ctx, a.pool, c.env.ID, c.service.ID, c.page.window())
 	if err != nil {
 		return 0, nil, err
 	}

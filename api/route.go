@@ -61,6 +61,13 @@ type call struct {
 	service   query.Service
 	cluster   query.Cluster
 	route     *route
+	// ifVersion is the stream version If-Match names (0: none); version
+	// is the stream's version after the route's command.
+	ifVersion, version int
+	// etag is a read's entity tag, taken before the read.
+	etag string
+	// page is what a list route's ?limit= and ?cursor= ask for.
+	page pageRequest
 }
 
 type ctxKey int
@@ -129,6 +136,10 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		a.writeError(w, r, err)
 		return
 	}
+	if err := a.preconditions(r, rt, c); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
 	if rt.request != nil {
 		body, err := readBody(w, r)
 		if err != nil {
@@ -154,6 +165,9 @@ func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	status, body, err := rt.handle(w, r, c)
+	if err == nil && rt.events == nil {
+		body, err = a.decorate(w, r, rt, c, status, body)
+	}
 	if err != nil {
 		a.writeError(w, r, err)
 		return

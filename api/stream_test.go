@@ -333,7 +333,7 @@ func TestDeploymentEventStream(t *testing.T) {
 
 	// The list shows the stage, pods and flags.
 	var list []api.DeploymentView
-	r.must(r.c.do("GET", target+"/deployments", r.root, nil), 200).json(t, &list)
+	r.must(r.c.do("GET", target+"/deployments", r.root, nil), 200).items(t, &list)
 	require.Len(t, list, 1)
 	require.Equal(t, "succeeded", list[0].Status)
 	require.Equal(t, 2, list[0].Ready)
@@ -471,7 +471,7 @@ func TestChangeSetsRollbackPausesAndDeadlines(t *testing.T) {
 	r.must(r.c.do("GET", prod+"/changesets/"+uuid.NewString(), r.root, nil), 404)
 	r.must(r.c.do("GET", "/api/v1/orgs/acme/projects/shop/environments/staging/changesets/"+id, r.root, nil), 404)
 	var open []query.ChangeSet
-	r.must(r.c.do("GET", prod+"/changesets?status=open", r.root, nil), 200).json(t, &open)
+	r.must(r.c.do("GET", prod+"/changesets?status=open", r.root, nil), 200).items(t, &open)
 	require.Len(t, open, 1)
 	require.Equal(t, 2, open[0].Version)
 	r.must(r.c.do("GET", prod+"/changesets?status=expired", r.root, nil), 200)

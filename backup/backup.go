@@ -179,14 +179,30 @@ func Create(ctx context.Context, c Config, trigger, targetVersion string) (Manif
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
 		return m, fmt.Errorf("creating the backup destination %s: %w", c.Dir, err)
 	}
-	base := fmt.Sprintf("nebulactrl-%s-%s", now.Format("20060102T150405Z"), sanitize(c.Version))
-	m.Dump = base + ".dump"
-	final := filepath.Join(c.Dir, m.Dump)
-	partial := final + ".partial"
-	f, err := os.OpenFile(partial, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return m, fmt.Errorf("writing to the backup destination %s: %w", c.Dir, err)
+	// Two backups in the same second get names of their own: a backup
+	// never replaces another.
+	var base, final, partial string
+	var f *os.File
+	for i := 1; ; i++ {
+		base = fmt.Sprintf("nebulactrl-%s-%s", now.Format("20060102T150405Z"), sanitize(c.Version))
+		if i > 1 {
+			base += "-" + strconv.Itoa(i)
+		}
+		final = filepath.Join(c.Dir, base+".dump")
+		partial = final + ".partial"
+		if fileExists(final) || fileExists(filepath.Join(c.Dir, base+".json")) {
+			continue
+		}
+		f, err = os.OpenFile(partial, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if errors.Is(err, os.ErrExist) && i < 100 {
+			continue
+		}
+		if err != nil {
+			return m, fmt.Errorf("writing to the backup destination %s: %w", c.Dir, err)
+		}
+		break
 	}
+	m.Dump = base + ".dump"
 	ok := false
 	defer func() {
 		if !ok {
@@ -215,9 +231,12 @@ func Create(ctx context.Context, c Config, trigger, targetVersion string) (Manif
 	if err := f.Close(); err != nil {
 		return m, fmt.Errorf("writing %s: %w", partial, err)
 	}
-	if err := os.Rename(partial, final); err != nil {
+	// A hard link, not a rename: it fails rather than replace a dump that
+	// appeared under the same name meanwhile.
+	if err := os.Link(partial, final); err != nil {
 		return m, fmt.Errorf("writing %s: %w", final, err)
 	}
+	os.Remove(partial)
 	ok = true
 	m.DumpSize = counter.n
 	m.SHA256 = hex.EncodeToString(h.Sum(nil))
@@ -343,7 +362,7 @@ const EnvDir = "NEBULACTRL_BACKUP_DIR"
 
 // Destination is the configured backup directory: NEBULACTRL_BACKUP_DIR from
 // the environment, else from the .env file, else DIR/backups under the data
-// directory. It is always absolute.
+// directory. It is absolute, or "" without a data directory.
 func Destination(cfg config.Config) (string, error) {
 	dir, ok := os.LookupEnv(EnvDir)
 	if !ok && cfg.EnvFile != "" {
@@ -355,6 +374,11 @@ func Destination(cfg config.Config) (string, error) {
 	}
 	dir = strings.TrimSpace(dir)
 	if dir == "" {
+		if cfg.DataDir == "" {
+			// No data directory (an embedding test): no destination, and
+			// a backup that is needed fails.
+			return "", nil
+		}
 		dir = filepath.Join(cfg.DataDir, DirName)
 	}
 	abs, err := filepath.Abs(dir)

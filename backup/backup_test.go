@@ -257,6 +257,28 @@ func TestBackupAtStartOfNewVersion(t *testing.T) {
 	require.Len(t, dumps(t, dir), 1)
 }
 
+// A migrated database without a single event holds nothing to back up: it
+// counts as new, and no destination is needed.
+func TestMigratedDatabaseWithoutEventsIsNew(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	pool := open(t, u)
+	c := &clock{t: time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)}
+	d, err := backup.BeforeMigrate(ctx, pool, backup.Config{DatabaseURL: u, Version: "1.5.0", Now: c.Now}, 0)
+	require.NoError(t, err)
+	require.Equal(t, backup.SkippedNewDatabase, d)
+	v, err := backup.StoredVersion(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, "1.5.0", v)
+	seed(t, u, pool)
+	// With events and no destination, a new version cannot back up and
+	// does not migrate.
+	_, err = backup.BeforeMigrate(ctx, pool, backup.Config{DatabaseURL: u, Version: "1.6.0", Now: c.Now}, 0)
+	require.ErrorIs(t, err, backup.ErrBackupFailed)
+	require.ErrorContains(t, err, "no destination")
+}
+
 func TestInstallerBackupReused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -97,16 +97,14 @@ const (
 // the database up when c.Version (a release) differs from the version that
 // last ran on it, unless the installer backed up for exactly this version
 // within ReuseWindow; it skips a development build, a new database and an
-// unchanged version. Its outcome is stored before it returns. An error
+// unchanged version (a database is new when it was never migrated or holds
+// no event yet). Its outcome is stored before it returns. An error
 // wrapping ErrBackupFailed means: do not migrate.
 func BeforeMigrate(ctx context.Context, pool *pgxpool.Pool, c Config, limit time.Duration) (Decision, error) {
 	c = c.withDefaults()
 	if !version.Release(c.Version) {
 		c.Logger.Info("pre-upgrade backup check skipped: a development build", "version", c.Version)
 		return SkippedDevelopment, nil
-	}
-	if err := c.Validate(); err != nil {
-		return "", err
 	}
 	if limit <= 0 {
 		limit = StartupLimit
@@ -116,9 +114,9 @@ func BeforeMigrate(ctx context.Context, pool *pgxpool.Pool, c Config, limit time
 		return "", err
 	}
 	defer unlock()
-	var fresh bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NULL`).Scan(&fresh); err != nil {
-		return "", fmt.Errorf("reading the database's state: %w", err)
+	fresh, err := isNew(ctx, conn)
+	if err != nil {
+		return "", err
 	}
 	if _, err := conn.Exec(ctx, schema); err != nil {
 		return "", fmt.Errorf("creating the version table: %w", err)
@@ -250,6 +248,26 @@ func StoredVersion(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 		return "", nil
 	}
 	return storedVersion(ctx, pool)
+}
+
+// isNew reports whether the database holds nothing to back up: it was never
+// migrated, or no event was ever written to it.
+func isNew(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
+	var migrated, events bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL, to_regclass('events') IS NOT NULL`).Scan(&migrated, &events); err != nil {
+		return false, fmt.Errorf("reading the database's state: %w", err)
+	}
+	if !migrated {
+		return true, nil
+	}
+	if !events {
+		return false, nil
+	}
+	var any bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events)`).Scan(&any); err != nil {
+		return false, fmt.Errorf("reading the database's state: %w", err)
+	}
+	return !any, nil
 }
 
 func lock(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, func(), error) {

@@ -41,9 +41,7 @@ func (c *Client) Me(ctx context.Context) (api.MeResponse, error) {
 
 // Tokens lists the caller's API tokens and sessions (never their secrets).
 func (c *Client) Tokens(ctx context.Context) ([]query.Token, error) {
-	var out []query.Token
-	_, err := c.call(ctx, request{method: http.MethodGet, path: "/api/v1/tokens"}, &out)
-	return out, err
+	return list[query.Token](ctx, c, request{method: http.MethodGet, path: "/api/v1/tokens"}, 0)
 }
 
 // CreateToken creates an API token; its secret is in the answer only.
@@ -61,9 +59,7 @@ func (c *Client) RevokeToken(ctx context.Context, id string) error {
 
 // Users lists every user (instance administrator).
 func (c *Client) Users(ctx context.Context) ([]query.User, error) {
-	var out []query.User
-	_, err := c.call(ctx, request{method: http.MethodGet, path: "/api/v1/users"}, &out)
-	return out, err
+	return list[query.User](ctx, c, request{method: http.MethodGet, path: "/api/v1/users"}, 0)
 }
 
 // CreateUser adds a user (instance administrator).
@@ -141,9 +137,7 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) (api.AuditPage, error)
 
 // Organisations lists the caller's organisations with the caller's role.
 func (c *Client) Organisations(ctx context.Context) ([]query.Organisation, error) {
-	var out []query.Organisation
-	_, err := c.call(ctx, request{method: http.MethodGet, path: "/api/v1/orgs"}, &out)
-	return out, err
+	return list[query.Organisation](ctx, c, request{method: http.MethodGet, path: "/api/v1/orgs"}, 0)
 }
 
 // CreateOrganisation creates an organisation owned by the caller.
@@ -162,9 +156,7 @@ func (c *Client) Organisation(ctx context.Context, org string) (query.Organisati
 
 // Members lists an organisation's members and their roles.
 func (c *Client) Members(ctx context.Context, org string) ([]query.Member, error) {
-	var out []query.Member
-	_, err := c.call(ctx, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/members", org)}, &out)
-	return out, err
+	return list[query.Member](ctx, c, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/members", org)}, 0)
 }
 
 // AddMember adds an existing user, by e-mail address, with a role.

@@ -74,6 +74,8 @@ type Client struct {
 	timeout   time.Duration
 	// custom is the caller's *http.Client, from WithHTTPClient.
 	custom *http.Client
+	// pageSize is how many items a list asks for per page.
+	pageSize int
 }
 
 // Option tunes a Client.
@@ -155,7 +157,8 @@ type bodyKey struct{}
 
 // CaptureBody returns a context with which a successful call also stores
 // the response body, exactly as the API sent it, in *dst: for printing the
-// API's own JSON.
+// API's own JSON. For a list, which the API sends in pages, it is the JSON
+// array of every item read.
 func CaptureBody(ctx context.Context, dst *[]byte) context.Context {
 	return context.WithValue(ctx, bodyKey{}, dst)
 }

@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -221,4 +222,52 @@ func TestTransport(t *testing.T) {
 		_, err := client.New(bad, "")
 		require.Error(t, err, bad)
 	}
+}
+
+// countingTransport counts the requests it sends.
+type countingTransport struct{ n atomic.Int64 }
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// A list the API sends in pages comes back whole: the client follows next,
+// page after page, and a captured body is the array of every item.
+func TestListsFollowEveryPage(t *testing.T) {
+	t.Parallel()
+	srv := servertest.Start(t, servertest.Options{})
+	token := srv.Setup(t, "ada@example.com", "acme")
+	ctx := t.Context()
+	full, err := client.New(srv.URL, token)
+	require.NoError(t, err)
+	var want []string
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		_, err := full.CreateProject(ctx, "acme", name)
+		require.NoError(t, err)
+		want = append(want, name)
+	}
+	rt := &countingTransport{}
+	c, err := client.New(srv.URL, token, client.WithPageSize(2), client.WithHTTPClient(&http.Client{Transport: rt}))
+	require.NoError(t, err)
+	var raw []byte
+	ps, err := c.Projects(client.CaptureBody(ctx, &raw), "acme")
+	require.NoError(t, err)
+	var got []string
+	for _, p := range ps {
+		got = append(got, p.Name)
+	}
+	require.Equal(t, want, got)
+	require.EqualValues(t, 3, rt.n.Load(), "three pages of two")
+	var printed []map[string]any
+	require.NoError(t, json.Unmarshal(raw, &printed), "the captured body is an array: %s", raw)
+	require.Len(t, printed, 5)
+	require.Equal(t, "e", printed[4]["name"])
+
+	// An empty list is an empty array, not null.
+	raw = nil
+	cl, err := c.Clusters(client.CaptureBody(ctx, &raw), "acme")
+	require.NoError(t, err)
+	require.Empty(t, cl)
+	require.Equal(t, "[]", string(raw))
 }

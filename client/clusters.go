@@ -14,9 +14,7 @@ func clusterPath(org, cluster string) string {
 
 // Clusters lists an organisation's clusters.
 func (c *Client) Clusters(ctx context.Context, org string) ([]query.Cluster, error) {
-	var out []query.Cluster
-	_, err := c.call(ctx, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/clusters", org)}, &out)
-	return out, err
+	return list[query.Cluster](ctx, c, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/clusters", org)}, 0)
 }
 
 // CreateCluster creates a cluster; the answer carries its first join token,
@@ -42,9 +40,7 @@ func (c *Client) DeleteCluster(ctx context.Context, org, cluster string) error {
 
 // JoinTokens lists a cluster's join tokens (never their secrets).
 func (c *Client) JoinTokens(ctx context.Context, org, cluster string) ([]query.JoinToken, error) {
-	var out []query.JoinToken
-	_, err := c.call(ctx, request{method: http.MethodGet, path: clusterPath(org, cluster) + "/join-tokens"}, &out)
-	return out, err
+	return list[query.JoinToken](ctx, c, request{method: http.MethodGet, path: clusterPath(org, cluster) + "/join-tokens"}, 0)
 }
 
 // CreateJoinToken issues a join token; its secret is in the answer only.
@@ -62,7 +58,5 @@ func (c *Client) RevokeJoinToken(ctx context.Context, org, cluster, id string) e
 
 // Servers lists the servers (agent installations) of a cluster.
 func (c *Client) Servers(ctx context.Context, org, cluster string) ([]query.Server, error) {
-	var out []query.Server
-	_, err := c.call(ctx, request{method: http.MethodGet, path: clusterPath(org, cluster) + "/servers"}, &out)
-	return out, err
+	return list[query.Server](ctx, c, request{method: http.MethodGet, path: clusterPath(org, cluster) + "/servers"}, 0)
 }

@@ -33,9 +33,7 @@ func levelPath(org, project, env, service string) string {
 
 // Projects lists an organisation's projects.
 func (c *Client) Projects(ctx context.Context, org string) ([]query.Project, error) {
-	var out []query.Project
-	_, err := c.call(ctx, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/projects", org)}, &out)
-	return out, err
+	return list[query.Project](ctx, c, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/projects", org)}, 0)
 }
 
 // CreateProject creates a project.
@@ -85,9 +83,7 @@ func (c *Client) maybeChangeSet(ctx context.Context, r request, out any) (*query
 
 // Environments lists a project's environments.
 func (c *Client) Environments(ctx context.Context, org, project string) ([]query.Environment, error) {
-	var out []query.Environment
-	_, err := c.call(ctx, request{method: http.MethodGet, path: projectPath(org, project) + "/environments"}, &out)
-	return out, err
+	return list[query.Environment](ctx, c, request{method: http.MethodGet, path: projectPath(org, project) + "/environments"}, 0)
 }
 
 // CreateEnvironment creates an environment on a cluster of the organisation.
@@ -121,9 +117,7 @@ func (c *Client) DeleteEnvironment(ctx context.Context, org, project, env string
 
 // Services lists a project's services.
 func (c *Client) Services(ctx context.Context, org, project string) ([]query.Service, error) {
-	var out []query.Service
-	_, err := c.call(ctx, request{method: http.MethodGet, path: projectPath(org, project) + "/services"}, &out)
-	return out, err
+	return list[query.Service](ctx, c, request{method: http.MethodGet, path: projectPath(org, project) + "/services"}, 0)
 }
 
 // CreateService creates a service from an image or a Git branch.
@@ -158,9 +152,7 @@ func (c *Client) DeleteService(ctx context.Context, org, project, service string
 // service sees in the environment, environment-wide ones merged. Secret
 // values are never returned.
 func (c *Client) Variables(ctx context.Context, org, project, env, service string) ([]query.Variable, error) {
-	var out []query.Variable
-	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/variables"}, &out)
-	return out, err
+	return list[query.Variable](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/variables"}, 0)
 }
 
 // SetVariables sets environment-wide variables (service "") or a service's.
@@ -182,9 +174,7 @@ func (c *Client) UnsetVariable(ctx context.Context, org, project, env, service, 
 
 // Domains lists the domains of an environment (service "") or of a service in it.
 func (c *Client) Domains(ctx context.Context, org, project, env, service string) ([]query.Domain, error) {
-	var out []query.Domain
-	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/domains"}, &out)
-	return out, err
+	return list[query.Domain](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/domains"}, 0)
 }
 
 // DomainResult is the domain routed, or, in a protected environment, the
@@ -239,18 +229,18 @@ func (c *Client) Rollback(ctx context.Context, org, project, env, service string
 	return out, err
 }
 
-// Deployments lists a service's deployments in an environment, newest
-// first, with their rollout stage, stall flag and blockers; limit 0 means
-// the API's default.
+// Deployments lists a service's newest deployments in an environment (at
+// most limit; 0 means DefaultDeployments), newest first, with their rollout
+// stage, stall flag and blockers.
 func (c *Client) Deployments(ctx context.Context, org, project, env, service string, limit int) ([]api.DeploymentView, error) {
-	var q url.Values
-	if limit > 0 {
-		q = url.Values{"limit": {strconv.Itoa(limit)}}
+	if limit <= 0 {
+		limit = DefaultDeployments
 	}
-	var out []api.DeploymentView
-	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/deployments", query: q}, &out)
-	return out, err
+	return list[api.DeploymentView](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/deployments"}, limit)
 }
+
+// DefaultDeployments is how many deployments Deployments reads without a limit.
+const DefaultDeployments = 50
 
 // LatestDeployment is the id that names a service's newest deployment in an
 // environment.
@@ -282,9 +272,7 @@ func (c *Client) ResumeDeploys(ctx context.Context, org, project, env, service s
 
 // Releases lists a service's release history in an environment, newest first.
 func (c *Client) Releases(ctx context.Context, org, project, env, service string) ([]query.Release, error) {
-	var out []query.Release
-	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/releases"}, &out)
-	return out, err
+	return list[query.Release](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/releases"}, 0)
 }
 
 // StateQuery picks a revision of the desired state: the latest when zero.
@@ -314,9 +302,7 @@ func (c *Client) ChangeSets(ctx context.Context, org, project, env, status strin
 	if status != "" {
 		q = url.Values{"status": {status}}
 	}
-	var out []query.ChangeSet
-	_, err := c.call(ctx, request{method: http.MethodGet, path: envPath(org, project, env) + "/changesets", query: q}, &out)
-	return out, err
+	return list[query.ChangeSet](ctx, c, request{method: http.MethodGet, path: envPath(org, project, env) + "/changesets", query: q}, 0)
 }
 
 // ChangeSet reads a change set with what each of its changes changes.

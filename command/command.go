@@ -29,7 +29,16 @@ type Context struct {
 	// CommandID makes retries of the same request decide the same ids; a new
 	// one is made when empty.
 	CommandID string
+	// IfVersion, when above zero, is the stream version the caller saw (an
+	// If-Match): the command is decided only on that version and appended
+	// only while the stream still has it; otherwise it fails with
+	// ErrStale and is not decided again.
+	IfVersion int
 }
+
+// ErrStale is the failure of a command whose IfVersion is not the stream's
+// version (HTTP 412).
+var ErrStale = errors.New("precondition failed")
 
 // Result is what a command did.
 type Result struct {
@@ -163,6 +172,9 @@ func run[A aggregate](ctx context.Context, h *Handler, c Context, cmd any, strea
 		if err != nil {
 			return Result{}, err
 		}
+		if c.IfVersion > 0 && version != c.IfVersion {
+			return Result{}, fmt.Errorf("%w: %s is at version %d, not %d", ErrStale, stream, version, c.IfVersion)
+		}
 		m := domain.Meta{Actor: c.Actor, Person: c.Person, CommandID: c.CommandID, Now: h.cfg.Now().UTC()}
 		dec, err := decide(state, m)
 		if err != nil {
@@ -207,6 +219,9 @@ func run[A aggregate](ctx context.Context, h *Handler, c Context, cmd any, strea
 		}
 		if !errors.Is(err, eventstore.ErrConflict) {
 			return Result{}, err
+		}
+		if c.IfVersion > 0 {
+			return Result{}, fmt.Errorf("%w: %s changed from version %d meanwhile", ErrStale, stream, c.IfVersion)
 		}
 		lastErr = err
 		h.cfg.Logger.Debug("lost a race for a stream, deciding again", "stream", stream, "attempt", attempt+1)

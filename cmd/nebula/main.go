@@ -79,6 +79,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			stateCommand(),
 			tokenCommand(),
 			settingsCommand(),
+			backupCommand(),
 			contextCommand(),
 			serverCommand(),
 			completionCommand(),
@@ -86,5 +87,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
 	uniformUsage(app)
+	if len(args) > 0 {
+		serverApp(app, args[0])
+	}
 	return app.RunContext(ctx, args)
 }
