@@ -60,6 +60,9 @@ type Options struct {
 	// AgentBinaries are the agent binaries served at /agent/v1/download/
 	// (default: those embedded at build time, agentbin.Embedded()).
 	AgentBinaries agentbin.Source
+	// OnLink, when set, is given the agent link (tests send agent_upgrade
+	// through it).
+	OnLink func(*agentlink.Link)
 }
 
 // Started is what the server tells at start.
@@ -204,6 +207,9 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	link.Attach(hub)
+	if opts.OnLink != nil {
+		opts.OnLink(link)
+	}
 	registry.MustRegister(agentsConnected(func() int { return len(hub.Connected()) }))
 	sched, err := jobs.New(jobs.Config{Pool: pool, Replica: replica, Logger: log,
 		Jobs: append(backgroundJobs(store, pool, tel, opts.JobInterval), jobs.Job{Name: "fire-timers", Interval: time.Second,

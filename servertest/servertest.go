@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nebulactrl/nebulactrl/agentbin"
+	"github.com/nebulactrl/nebulactrl/agentlink"
 	"github.com/nebulactrl/nebulactrl/config"
 	"github.com/nebulactrl/nebulactrl/pgtest"
 	"github.com/nebulactrl/nebulactrl/seal"
@@ -30,8 +32,11 @@ type Server struct {
 	MetricsURL  string
 	DatabaseURL string
 	SecretKey   string
-	stop        func()
-	once        sync.Once
+	// Link is the control plane's agent link (tests send agent_upgrade
+	// through it).
+	Link *agentlink.Link
+	stop func()
+	once sync.Once
 }
 
 // Stop shuts the control plane down (it also stops when the test ends).
@@ -53,6 +58,9 @@ type Options struct {
 	ApprovalTTL, StallTimeout time.Duration
 	// Version is the version the control plane says it runs ("test").
 	Version string
+	// AgentBinaries are the agent binaries served at /agent/v1/download/
+	// (default: none, as in a plain go build).
+	AgentBinaries agentbin.Source
 	// Logger receives the control plane's log (default: warnings and
 	// errors, as text on stderr).
 	Logger *slog.Logger
@@ -93,11 +101,13 @@ func Start(t testing.TB, opts Options) *Server {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	var link *agentlink.Link
 	ready := make(chan server.Started, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- server.Run(ctx, cfg, server.Options{Version: opts.Version, Logger: logger, Started: func(s server.Started) { ready <- s },
-			JobInterval: opts.JobInterval, Now: opts.Now})
+			JobInterval: opts.JobInterval, Now: opts.Now,
+			AgentBinaries: opts.AgentBinaries, OnLink: func(l *agentlink.Link) { link = l }})
 	}()
 	var started server.Started
 	select {
@@ -109,7 +119,7 @@ func Start(t testing.TB, opts Options) *Server {
 		cancel()
 		t.Fatal("servertest: the control plane did not start within 60 s")
 	}
-	s := &Server{URL: "http://" + started.Addr, DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey}
+	s := &Server{URL: "http://" + started.Addr, DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey, Link: link}
 	if started.MetricsAddr != "" {
 		s.MetricsURL = "http://" + started.MetricsAddr
 	}
