@@ -62,6 +62,20 @@ func TestClustersJoinTokensServers(t *testing.T) {
 	require.True(t, servers[2].RevokedAt.Equal(rev))
 	require.NotContains(t, jsonOf(t, servers), "credential-hash")
 
+	// What the agent last reported: its version, connection and heartbeat.
+	d.exec(`INSERT INTO server_status (server_id, org_id, cluster_id, replica, version, arch, facts, connected, connected_at, last_heartbeat_at)
+		VALUES ($1, $2, $3, 'r1', '1.4.2', 'arm64', '{}', true, $4, $5)`, s2, acme, eu, at(40), at(41))
+	servers, err = query.Servers(ctx, d.pool, eu)
+	require.NoError(t, err)
+	require.Equal(t, s2, servers[1].ID)
+	require.Equal(t, "1.4.2", servers[1].Version)
+	require.True(t, servers[1].Connected)
+	require.NotNil(t, servers[1].LastHeartbeatAt)
+	require.True(t, servers[1].LastHeartbeatAt.Equal(at(41)))
+	require.Empty(t, servers[0].Version, "a server whose agent never connected")
+	require.False(t, servers[0].Connected)
+	require.Nil(t, servers[0].LastHeartbeatAt)
+
 	joinToken := func(cluster, hash string, created int, revoked *time.Time) string {
 		j := id()
 		d.exec(`INSERT INTO cluster_join_tokens (id, org_id, cluster_id, token_hash, created_at, expires_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
