@@ -60,6 +60,9 @@ type Config struct {
 	ConsistencyTimeout time.Duration
 	// Telemetry reads the agents' reports and logs.
 	Telemetry *telemetry.Store
+	// RetryParked retries the events the subscriptions parked (nebula audit
+	// retry); without it that route answers 503.
+	RetryParked RetryParkedFunc
 	// Backup is where control-plane backups go (nebula backup list|create);
 	// without a destination those routes answer 503.
 	Backup backup.Config
@@ -228,6 +231,10 @@ func (a *API) settle(ctx context.Context, res command.Result) error {
 		step, cancel := context.WithTimeout(ctx, min(2*time.Second, time.Until(deadline)))
 		err = projections.WaitFor(step, a.pool, res.Last, a.cfg.Changed)
 		cancel()
+		var parked *projections.ParkedError
+		if errors.As(err, &parked) {
+			return errorf(http.StatusServiceUnavailable, "projections_parked", "%s (nebula audit parked)", parked)
+		}
 		if err == nil || ctx.Err() != nil {
 			return err
 		}

@@ -59,6 +59,10 @@ func (a *API) routeTable() []route {
 			response: Backup{}, status: created, handle: a.createBackup},
 		{method: "GET", path: "/api/v1/audit", tag: "audit", summary: "The whole audit log (instance administrator)", scope: admin, response: AuditPage{}, status: ok,
 			query: auditParams(), handle: a.audit},
+		{method: "GET", path: "/api/v1/instance/parked-events", tag: "instance", summary: "Events the projections or reactions could not handle and set aside (instance administrator)",
+			scope: admin, response: ParkedEvents{}, status: ok, query: []param{{"subscription", "only this subscription's (projections, reactions)", "string"}}, handle: a.listParked},
+		{method: "POST", path: "/api/v1/instance/parked-events/retry", tag: "instance", summary: "Handle parked events again, each stream's in order, once the cause is fixed (instance administrator)",
+			scope: admin, request: RetryParkedRequest{}, response: RetryParkedResponse{}, status: ok, handle: a.retryParked},
 
 		{method: "GET", path: "/api/v1/orgs", tag: "organisations", summary: "Organisations of the caller", response: []query.Organisation{}, status: ok, handle: a.listOrganisations},
 		{method: "POST", path: "/api/v1/orgs", tag: "organisations", summary: "Create an organisation owned by the caller", scope: write,

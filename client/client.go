@@ -270,8 +270,11 @@ func (c *Client) attempt(ctx context.Context, r request, target string, body []b
 	}
 	if resp.StatusCode >= 400 {
 		e := apiError(resp, raw)
-		again := resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusServiceUnavailable ||
-			resp.StatusCode == http.StatusGatewayTimeout ||
+		// projections_behind and projections_parked: the change was
+		// recorded, a repeat would be refused (or made twice).
+		recorded := e.Code == "projections_behind" || e.Code == "projections_parked"
+		again := (resp.StatusCode == http.StatusBadGateway || resp.StatusCode == http.StatusServiceUnavailable && !recorded ||
+			resp.StatusCode == http.StatusGatewayTimeout) ||
 			// The first attempt, whose answer was lost, is still running.
 			key != "" && (e.Code == "request_in_progress" || e.Code == "idempotency_conflict")
 		return resp.StatusCode, again, e

@@ -449,3 +449,48 @@ func ReadPositions(ctx context.Context, q Querier, positions []int64) ([]Event, 
 	}
 	return out, nil
 }
+
+// RetryParkedIn retries parked events in one of subs: the one named (every
+// one when name is ""), at position (its stream; every parked stream when
+// position is 0). A position parked in several subscriptions needs a name.
+func (s *Store) RetryParkedIn(ctx context.Context, subs []Subscription, name string, position int64) ([]Retried, error) {
+	var pick []Subscription
+	for _, sub := range subs {
+		if name == "" || sub.Name == name {
+			pick = append(pick, sub)
+		}
+	}
+	if len(pick) == 0 {
+		return nil, fmt.Errorf("%w: there is no subscription %q", ErrNotParked, name)
+	}
+	if position != 0 && len(pick) > 1 {
+		var holders []Subscription
+		for _, sub := range pick {
+			var n int
+			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM parked_events WHERE subscription = $1 AND position = $2 AND retried_at IS NULL`,
+				sub.Name, position).Scan(&n); err != nil {
+				return nil, fmt.Errorf("finding parked event %d: %w", position, err)
+			}
+			if n > 0 {
+				holders = append(holders, sub)
+			}
+		}
+		switch len(holders) {
+		case 0:
+			return nil, fmt.Errorf("%w: no event is parked at position %d", ErrNotParked, position)
+		case 1:
+			pick = holders
+		default:
+			return nil, fmt.Errorf("%w: event %d is parked by %d subscriptions; name one", ErrNotParked, position, len(holders))
+		}
+	}
+	var out []Retried
+	for _, sub := range pick {
+		r, err := s.RetryParked(ctx, sub, position)
+		out = append(out, r...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}

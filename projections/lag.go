@@ -22,18 +22,42 @@ type Lag struct {
 	FirstType     string    `json:"firstType,omitempty"`
 	FirstStream   string    `json:"firstStream,omitempty"`
 	FirstAt       time.Time `json:"firstAt,omitzero"`
+	// Parked counts the events the subscription set aside (it cannot handle
+	// them) and has not handled since; FirstParked is the oldest of them.
+	// They are not lag (the subscription moved past them), but the
+	// projections are incomplete until they are retried.
+	Parked      int64 `json:"parked,omitempty"`
+	FirstParked int64 `json:"firstParked,omitempty"`
 }
 
 // Behind reports whether the subscription has events left to handle.
 func (l Lag) Behind() bool { return l.Events > 0 }
 
+// Complete reports whether the subscription handled every event: none left
+// and none parked.
+func (l Lag) Complete() bool { return !l.Behind() && l.Parked == 0 }
+
 // String says in a line what the lag is.
 func (l Lag) String() string {
+	var parked string
+	if l.Parked > 0 {
+		parked = fmt.Sprintf("; %d events PARKED from position %d (nebula audit parked)", l.Parked, l.FirstParked)
+	}
 	if !l.Behind() {
-		return l.Subscription + ": current"
+		return l.Subscription + ": current" + parked
 	}
 	return fmt.Sprintf("%s: %d events behind the event store, from position %d (%s on %s, %s)",
-		l.Subscription, l.Events, l.FirstPosition, l.FirstType, l.FirstStream, l.FirstAt.UTC().Format(time.RFC3339))
+		l.Subscription, l.Events, l.FirstPosition, l.FirstType, l.FirstStream, l.FirstAt.UTC().Format(time.RFC3339)) + parked
+}
+
+// addParked counts the events the subscription parked.
+func addParked(ctx context.Context, q eventstore.Querier, lag *Lag) error {
+	err := q.QueryRow(ctx, `SELECT count(*), coalesce(min(position), 0) FROM parked_events WHERE subscription = $1 AND retried_at IS NULL`,
+		lag.Subscription).Scan(&lag.Parked, &lag.FirstParked)
+	if err != nil {
+		return fmt.Errorf("counting the parked events of %s: %w", lag.Subscription, err)
+	}
+	return nil
 }
 
 // SubscriptionLag measures one subscription's lag through q.
@@ -41,6 +65,9 @@ func SubscriptionLag(ctx context.Context, q eventstore.Querier, subscription str
 	lag := Lag{Subscription: subscription}
 	cur, _, err := eventstore.Checkpoint(ctx, q, subscription)
 	if err != nil {
+		return lag, err
+	}
+	if err := addParked(ctx, q, &lag); err != nil {
 		return lag, err
 	}
 	err = q.QueryRow(ctx, `SELECT count(*) FROM events WHERE (transaction_id, position) > ($1::text::xid8, $2)`,
@@ -63,15 +90,16 @@ func SubscriptionLag(ctx context.Context, q eventstore.Querier, subscription str
 // WaitCaughtUp waits until the projections handled every event committed
 // when it was called, at most timeout, and no longer than two seconds without
 // progress; it returns the lag then (none when they got there: events
-// committed since do not count). A lag left after the wait means the
-// projections are stuck (or very slow).
+// committed since do not count; the events parked are counted always). A lag
+// left after the wait means the projections are stuck (or very slow).
 func WaitCaughtUp(ctx context.Context, q eventstore.Querier, timeout time.Duration) (Lag, error) {
 	var head eventstore.Cursor
 	var tx int64
 	err := q.QueryRow(ctx, `SELECT transaction_id::text::bigint, position FROM events ORDER BY transaction_id DESC, position DESC LIMIT 1`).
 		Scan(&tx, &head.Position)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Lag{Subscription: SubscriptionName}, nil
+		lag := Lag{Subscription: SubscriptionName}
+		return lag, addParked(ctx, q, &lag)
 	}
 	if err != nil {
 		return Lag{}, err
@@ -86,7 +114,8 @@ func WaitCaughtUp(ctx context.Context, q eventstore.Querier, timeout time.Durati
 			return Lag{}, err
 		}
 		if !cur.Before(head) {
-			return Lag{Subscription: SubscriptionName}, nil
+			lag := Lag{Subscription: SubscriptionName}
+			return lag, addParked(ctx, q, &lag)
 		}
 		if cur != last {
 			last, moved = cur, time.Now()

@@ -39,6 +39,9 @@ type Config struct {
 	// Now is the clock for revision events; time.Now when nil.
 	Now       func() time.Time
 	BatchSize int
+	// Park decides when an event the projections cannot store is parked
+	// (default: after 5 attempts over a minute); tests inject its clock.
+	Park eventstore.ParkPolicy
 }
 
 // Validate joins every problem with the configuration.
@@ -121,6 +124,7 @@ func (p *Projections) Subscription(wake <-chan struct{}) eventstore.Subscription
 		BatchSize: p.cfg.BatchSize,
 		Wake:      wake,
 		Handle:    p.handle,
+		Park:      p.cfg.Park,
 	}
 }
 
@@ -149,7 +153,8 @@ const ProjectedChannel = "nebula_projected"
 
 // WaitFor returns once the projections have handled every event up to
 // cursor, so that a request reads its own write; changed wakes it when a
-// batch commits (it polls as well). It gives up with ctx.
+// batch commits (it polls as well). It gives up with ctx. When the
+// projections parked the write's events instead, it returns a *ParkedError.
 func WaitFor(ctx context.Context, q eventstore.Querier, cursor eventstore.Cursor, changed func() <-chan struct{}) error {
 	if cursor == (eventstore.Cursor{}) {
 		return nil
@@ -161,7 +166,8 @@ func WaitFor(ctx context.Context, q eventstore.Querier, cursor eventstore.Cursor
 			return err
 		}
 		if !cur.Before(cursor) {
-			return nil
+			// Handled, or parked: then the write is not readable.
+			return parkedWrite(ctx, q, cursor)
 		}
 		select {
 		case <-ctx.Done():

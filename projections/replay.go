@@ -49,7 +49,7 @@ type ReplayReport struct {
 
 // Equal reports whether every projection equals its rebuild and the audit chain holds.
 func (r ReplayReport) Equal() bool {
-	if r.Lag.Behind() {
+	if !r.Lag.Complete() {
 		return false
 	}
 	for _, p := range r.Projections {
@@ -184,6 +184,11 @@ type fetched struct {
 // prefetch reads every event up to upTo in commit order, decoded, into out.
 func prefetch(ctx context.Context, pool *pgxpool.Pool, upTo eventstore.Cursor, batchSize int, out chan<- fetched) {
 	defer close(out)
+	order, err := loadReplayOrder(ctx, pool)
+	if err != nil {
+		out <- fetched{err: err}
+		return
+	}
 	var after eventstore.Cursor
 	for {
 		events, err := eventstore.ReadAll(ctx, pool, after, batchSize)
@@ -201,7 +206,7 @@ func prefetch(ctx context.Context, pool *pgxpool.Pool, upTo eventstore.Cursor, b
 		if len(events) == 0 {
 			return
 		}
-		batch, err := decodeBatch(events)
+		batch, err := decodeBatch(order.apply(events))
 		select {
 		case out <- fetched{batch: batch, err: err}:
 		case <-ctx.Done():
@@ -315,11 +320,14 @@ func Verify(ctx context.Context, pool *pgxpool.Pool) (ChainReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	if lag.Behind() {
+	if !lag.Complete() {
 		rep.Lag = &lag
 		if rep.OK {
 			rep.OK = false
 			rep.Problem = "the projections are stuck: " + lag.String()
+			if !lag.Behind() {
+				rep.Problem = "the projections parked events they could not handle: " + lag.String()
+			}
 		}
 	}
 	return rep, nil

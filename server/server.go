@@ -54,6 +54,9 @@ type Options struct {
 	JobInterval time.Duration
 	// Now is the clock of the API and the agent link (tests inject one).
 	Now func() time.Time
+	// Park is when the projections park an event they cannot handle
+	// (default: after 5 attempts over a minute; tests shorten it).
+	Park eventstore.ParkPolicy
 	// ManagedRestart bounds the restarts of the managed PostgreSQL (tests;
 	// default 5 within 10 minutes, the first after 1 s).
 	ManagedRestart pgcluster.Restart
@@ -160,7 +163,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	proj, err := projections.New(projections.Config{Store: store, Keys: sealer, Logger: log})
+	proj, err := projections.New(projections.Config{Store: store, Keys: sealer, Logger: log, Park: opts.Park})
 	if err != nil {
 		return err
 	}
@@ -172,6 +175,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	waker := store.NewWaker(replica, projections.ProjectedChannel)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(parkedCollector{pool: pool})
 	registry.MustRegister(lagCollector{pool: pool}, poolCollector{pool: pool}, deploymentsCollector{pool: pool},
 		buildInfo(opts.Version), commands)
 	registryAuth, err := image.ParseAuth(cfg.RegistryAuth)
@@ -182,10 +186,11 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		Pool: pool, Commands: cmd, Sealer: sealer, Changed: waker.Changed, Logger: log, Version: opts.Version,
 		Images: image.NewResolver(image.Config{Insecure: cfg.InsecureRegistries, Allowed: cfg.AllowedRegistries,
 			DenyPrivate: cfg.RegistryDenyPrivate, AuthFile: cfg.RegistryAuthFile, Auth: registryAuth}),
-		Registry:  registry,
-		Now:       opts.Now,
-		Telemetry: tel,
-		Backup:    backupCfg,
+		Registry:    registry,
+		Now:         opts.Now,
+		Telemetry:   tel,
+		RetryParked: retryParked(store, proj.Subscription(nil), react.Subscription(nil)),
+		Backup:      backupCfg,
 	})
 	if err != nil {
 		return err
@@ -456,6 +461,7 @@ func readyz(pool *pgxpool.Pool) http.HandlerFunc {
 			}
 			fmt.Fprintf(&b, "%s\n", lag)
 		}
+		writeParked(ctx, pool, &b)
 		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte("not ready: a subscription is stuck (see docs/operations.md)\n" + b.String()))

@@ -19,6 +19,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/agentbin"
 	"github.com/nebulactrl/nebulactrl/agentlink"
 	"github.com/nebulactrl/nebulactrl/config"
+	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/pgtest"
 	"github.com/nebulactrl/nebulactrl/seal"
 	"github.com/nebulactrl/nebulactrl/server"
@@ -58,6 +59,8 @@ type Options struct {
 	ApprovalTTL, StallTimeout time.Duration
 	// Version is the version the control plane says it runs ("test").
 	Version string
+	// Park shortens when the projections park an event they cannot handle.
+	Park eventstore.ParkPolicy
 	// AgentBinaries are the agent binaries served at /agent/v1/download/
 	// (default: none, as in a plain go build).
 	AgentBinaries agentbin.Source
@@ -107,7 +110,7 @@ func Start(t testing.TB, opts Options) *Server {
 	go func() {
 		done <- server.Run(ctx, cfg, server.Options{Version: opts.Version, Logger: logger, Started: func(s server.Started) { ready <- s },
 			JobInterval: opts.JobInterval, Now: opts.Now,
-			AgentBinaries: opts.AgentBinaries, OnLink: func(l *agentlink.Link) { link = l }})
+			AgentBinaries: opts.AgentBinaries, OnLink: func(l *agentlink.Link) { link = l }, Park: opts.Park})
 	}()
 	var started server.Started
 	select {

@@ -58,7 +58,7 @@ func auditCommand() *cli.Command {
 		Usage:  "read the audit log through the API, or check it on the database (replay, verify, state)",
 		Flags:  auditLogFlags(),
 		Action: auditLogAction,
-		Subcommands: []*cli.Command{
+		Subcommands: append(parkedCommands(), []*cli.Command{
 			{
 				Name:  "replay",
 				Usage: "rebuild every projection from event 0 and compare it with the live one (works on the database)",
@@ -101,7 +101,7 @@ Example:
 						}
 						w.Flush()
 						fmt.Fprintf(c.App.Writer, "\n%d events replayed in %s\n", rep.Events, rep.Duration.Round(time.Millisecond))
-						if rep.Lag.Behind() {
+						if !rep.Lag.Complete() {
 							fmt.Fprintf(c.App.Writer, "NOT CURRENT: %s\n", rep.Lag)
 						}
 						printChain(c, rep.Chain)
@@ -201,7 +201,7 @@ Example:
 					return enc.Encode(rev)
 				},
 			},
-		},
+		}...),
 	}
 }
 
