@@ -49,7 +49,7 @@ func main() {
 	flag.IntVar(&f.runs, "runs", 3, "runs of each comparison (medians are reported)")
 	flag.DurationVar(&f.duration, "duration", 3*time.Second, "length of each throughput run")
 	flag.IntVar(&f.events, "events", 1_000_000, "events for the projection rebuild")
-	flag.StringVar(&f.only, "only", "", "run only this benchmark: appends, rebuild, agents, reconcile, commands or compile")
+	flag.StringVar(&f.only, "only", "", "run only this benchmark: appends, rebuild, agents, reconcile, commands, compile or varbytes")
 	flag.IntVar(&f.agents, "agents", 2000, "simulated agents (one per cluster)")
 	flag.IntVar(&f.latencyRuns, "latency-runs", 200, "single changes to measure the command-to-agent latency over")
 	childCreds := flag.String("child-agents", "", "internal: run the simulated agents of this credentials file")
@@ -147,6 +147,13 @@ func run(ctx context.Context, f flags) error {
 		log.Printf("compiling a 1,000-service environment")
 		results = append(results, benchCompile()...)
 	}
+	if want("varbytes") {
+		r, err := benchVariableBytes(ctx, cluster)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
 	return write(f.out, results, cluster)
 }
 
@@ -242,6 +249,15 @@ const notes = `
 - **deploy command latency**: one deploy command (load the project's stream, decide, append)
   in a project whose stream already holds 100,000 events of deploys and variable changes,
   against the same in a project with 100. Medians of 200 commands after a first one; deciding
-  starts from the aggregate's snapshot (kept every 100 events) and the project's state holds
-  what the project is now, not every release it ever made.
+  starts from the aggregate's snapshot (kept after 100 events, and as many bytes of events as
+  the snapshot) and the project's state holds what the project is now, not every release it
+  ever made.
+- **database bytes per variable update**: a deployed service with 10, then (in a database of
+  its own) 1,000 variables of about 100 bytes; after 50 updates of one variable, the growth of
+  ` + "`pg_database_size`" + ` over 300 more, each a SetVariables of one value through the command
+  handler, projected (read models, release history, revision compiled and projected, audit
+  log). It counts events, snapshots, read models, indexes and dead rows, not WAL; reactions
+  (the deployment streams) do not run. "events" is the bytes of the events' payloads alone.
+  Each update records the variable, a release with that variable only and a revision with the
+  environment, the service's entry and the variable.
 `
