@@ -121,6 +121,26 @@ type badCase struct {
 	code   string
 	// names is what the error message must name.
 	names string
+	// headers are sent besides Content-Type (name, value, ...).
+	headers []string
+	// ifMatch cases want 412 precondition_failed, or 404 where the
+	// concrete path names nothing.
+	ifMatch bool
+}
+
+// badIfMatch is, for a route that honours If-Match, tags that cannot be
+// the resource's current one: 412 precondition_failed before anything else.
+func badIfMatch(rt api.RouteInfo) []badCase {
+	if !rt.IfMatch {
+		return nil
+	}
+	var out []badCase
+	for _, tag := range []string{"garbage", `W/"project-x.1"`, `"org-00000000-0000-0000-0000-000000000000.1"`, `"instance.0"`, `"instance.-1"`,
+		`"project-x.99999999999999999999"`, `""`, strings.Repeat("x", 2000)} {
+		out = append(out, badCase{what: "If-Match " + tag[:min(len(tag), 40)], method: rt.Method, path: concrete(rt),
+			headers: []string{"If-Match", tag}, ifMatch: true})
+	}
+	return out
 }
 
 func strp(s string) *string { return &s }
@@ -249,7 +269,7 @@ func TestBadInputOverTheWholeRouteTable(t *testing.T) {
 		return n
 	}
 
-	start, requests := time.Now(), 0
+	start, requests, preconditionFailed := time.Now(), 0, 0
 	for _, rt := range routes(t) {
 		var cases []badCase
 		if rt.Request != nil {
@@ -257,6 +277,7 @@ func TestBadInputOverTheWholeRouteTable(t *testing.T) {
 		}
 		cases = append(cases, badPaths(rt)...)
 		cases = append(cases, badQueries(rt)...)
+		cases = append(cases, badIfMatch(rt)...)
 		before := events()
 		for _, bc := range cases {
 			var body any
@@ -267,6 +288,7 @@ func TestBadInputOverTheWholeRouteTable(t *testing.T) {
 			if bc.ctype != "" {
 				headers = []string{"Content-Type", bc.ctype}
 			}
+			headers = append(headers, bc.headers...)
 			r := c.do(bc.method, bc.path, root, body, headers...)
 			requests++
 			what := fmt.Sprintf("%s %s, %s: %d %.300s", rt.Method, rt.Path, bc.what, r.status, r.body)
@@ -281,10 +303,16 @@ func TestBadInputOverTheWholeRouteTable(t *testing.T) {
 			if bc.names != "" {
 				require.Contains(t, msg, bc.names, what)
 			}
+			if bc.ifMatch && r.status != 404 {
+				require.Equal(t, 412, r.status, what)
+				require.Equal(t, "precondition_failed", code, what)
+				preconditionFailed++
+			}
 		}
 		require.Equal(t, before, events(), "bad input to %s %s changed something", rt.Method, rt.Path)
 	}
 	t.Logf("%d bad requests in %s", requests, time.Since(start).Round(time.Millisecond))
+	require.Greater(t, preconditionFailed, 40, "routes that honour If-Match refused stale tags")
 	require.Greater(t, requests, 1000)
 
 	// The control plane still works, for another organisation too.

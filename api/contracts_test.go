@@ -130,6 +130,18 @@ func TestIfMatch(t *testing.T) {
 	require.Len(t, vars, 1)
 	require.Equal(t, "1", vars[0].Value)
 
+	// Access comes first: without the scope, a stale tag is 403, not 412
+	// (nothing learnt of the version), and so is the current one.
+	var reader struct {
+		Token string `json:"token"`
+	}
+	c.do("POST", "/api/v1/tokens", root, map[string]any{"name": "reader", "scopes": []string{"projects:read"}}).json(t, &reader)
+	require.NotEmpty(t, reader.Token)
+	for _, tg := range []string{tag, fresh} {
+		r := c.do("PATCH", staging, reader.Token, map[string]any{"cluster": "eu-2"}, "If-Match", tg)
+		require.Equal(t, 403, r.status, string(r.body))
+	}
+
 	// One of several tags, the current one among them, matches.
 	r := c.do("PATCH", staging, root, map[string]any{"cluster": "eu-2"}, "If-Match", tag+", "+fresh)
 	require.Equal(t, 200, r.status, string(r.body))
