@@ -61,9 +61,31 @@ func orgStream(c *call) string     { return domain.OrgStream(c.org.ID) }
 func clusterStream(c *call) string { return domain.ClusterStream(c.cluster.ID) }
 func projectStream(c *call) string { return domain.ProjectStream(c.project.ID) }
 
+// lookedUpStreams are the resource streams that take a lookup: a
+// deployment's is its own, and "latest" names the newest.
+var lookedUpStreams = map[string]streamFunc{
+	"GET " + targetPath + "/deployments/{deployment}": func(a *API, r *http.Request, c *call) (string, error) {
+		d, err := a.deploymentIn(r.Context(), a.pool, c, r.PathValue("deployment"))
+		if err != nil {
+			return "", err
+		}
+		return domain.DeploymentStream(d.ID), nil
+	},
+}
+
+// streamFunc finds the stream of the resource a request names.
+type streamFunc func(a *API, r *http.Request, c *call) (string, error)
+
 // streamOf is the route's resource stream, nil when it has none.
-func streamOf(rt route) func(c *call) string {
-	return resourceStreams[rt.method+" "+rt.path]
+func streamOf(rt route) streamFunc {
+	key := rt.method + " " + rt.path
+	if f := lookedUpStreams[key]; f != nil {
+		return f
+	}
+	if f := resourceStreams[key]; f != nil {
+		return func(_ *API, _ *http.Request, c *call) (string, error) { return f(c), nil }
+	}
+	return nil
 }
 
 // honoursIfMatch reports whether a route changes a versioned resource.
@@ -436,7 +458,11 @@ func (a *API) preconditions(r *http.Request, rt route, c *call) error {
 	if streamFor == nil {
 		return nil
 	}
-	stream := streamFor(c)
+	stream, err := streamFor(a, r, c)
+	if err != nil {
+		return err
+	}
+	c.stream = stream
 	if honoursIfMatch(rt) {
 		v, err := ifMatch(r, stream)
 		if err != nil {
@@ -474,8 +500,7 @@ func (a *API) decorate(w http.ResponseWriter, r *http.Request, rt route, c *call
 		return body, nil
 	}
 	tag := c.etag
-	if streamFor := streamOf(rt); streamFor != nil && rt.method != http.MethodGet {
-		stream := streamFor(c)
+	if stream := c.stream; stream != "" && rt.method != http.MethodGet {
 		v := c.version
 		if v == 0 {
 			var err error

@@ -64,8 +64,9 @@ type call struct {
 	// ifVersion is the stream version If-Match names (0: none); version
 	// is the stream's version after the route's command.
 	ifVersion, version int
-	// etag is a read's entity tag, taken before the read.
-	etag string
+	// etag is a read's entity tag, taken before the read; stream is the
+	// event stream of the resource the route reads or changes.
+	etag, stream string
 	// page is what a list route's ?limit= and ?cursor= ask for.
 	page pageRequest
 }

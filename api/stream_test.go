@@ -241,8 +241,11 @@ func TestDeploymentEventStream(t *testing.T) {
 	require.Equal(t, "system:reactions", d.Stages[0].Actor)
 	require.Positive(t, d.Revision)
 	var latest api.DeploymentDetail
-	r.must(r.c.do("GET", target+"/deployments/latest", r.root, nil), 200).json(t, &latest)
+	one := r.must(r.c.do("GET", target+"/deployments/latest", r.root, nil), 200)
+	one.json(t, &latest)
 	require.Equal(t, id, latest.ID)
+	// Its ETag is its own stream's version.
+	require.Regexp(t, `^"deployment-`+id+`\.[1-9]\d*"$`, one.header.Get("ETag"))
 	r.must(r.c.do("GET", target+"/deployments/"+uuid.NewString(), r.root, nil), 404)
 	r.must(r.c.do("GET", "/api/v1/orgs/acme/projects/shop/environments/production/services/api/deployments/"+id, r.root, nil), 404)
 	var tv api.TargetView
