@@ -61,7 +61,7 @@ type Config struct {
 	// race for its stream (default 5).
 	Attempts int
 	// Observe, when set, learns each command's type and outcome (ok,
-	// invalid, not_found, conflict, forbidden, error), for the metrics.
+	// invalid, not_found, conflict, forbidden, stale, error), for the metrics.
 	Observe func(command, outcome string)
 }
 
@@ -317,6 +317,8 @@ func Outcome(err error) string {
 		return "conflict"
 	case errors.Is(err, domain.ErrForbidden):
 		return "forbidden"
+	case errors.Is(err, ErrStale):
+		return "stale"
 	}
 	return "error"
 }

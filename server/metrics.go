@@ -20,7 +20,7 @@ import (
 func newCommandsCounter() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nebulactrl_commands_total",
-		Help: "Commands decided on this replica, by command type and outcome (ok, invalid, not_found, conflict, forbidden, error).",
+		Help: "Commands decided on this replica, by command type and outcome (ok, invalid, not_found, conflict, forbidden, stale, error).",
 	}, []string{"command", "outcome"})
 }
 
