@@ -281,6 +281,14 @@ const (
 	statusWaiting = "waiting-for-approval"
 )
 
+// varsOutcome is what var set prints with -o json: the same shape whether
+// the variables are set or the change waits in a change set.
+type varsOutcome struct {
+	Status    string           `json:"status"`
+	Variables []query.Variable `json:"variables"`
+	ChangeSet *query.ChangeSet `json:"changeSet"`
+}
+
 // domainOutcome is what domain add prints with -o json: the same shape
 // whether the host is routed or the change waits in a change set.
 type domainOutcome struct {
@@ -629,8 +637,13 @@ Example:
 					return err
 				}
 				var res api.VariablesResponse
-				err = x.read(&res, func(ctx context.Context) (err error) {
+				var out varsOutcome
+				err = x.read(&out, func(ctx context.Context) (err error) {
 					res, err = cl.SetVariables(ctx, a.Org, a.Project, a.Env, a.Service, vars)
+					out = varsOutcome{Status: statusDone, Variables: res.Variables, ChangeSet: res.ChangeSet}
+					if res.ChangeSet != nil {
+						out.Status = statusWaiting
+					}
 					return
 				}, func() error {
 					if res.ChangeSet != nil {

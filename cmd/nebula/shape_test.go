@@ -220,6 +220,17 @@ func TestReadCommandShapes(t *testing.T) {
 	require.Contains(t, out, "state: Connected")
 	require.Regexp(t, `(?m)^`+reg.ServerID+`\s+node-1\s+Connected\s+1\.2\.3\s`, out)
 
+	// var set prints one shape whether it is done or waits (after the
+	// shapes above: the release it makes supersedes the deployment).
+	setDone := decodeJSON(t, c.ok("var", "set", "acme/shop/staging/api", "REGION=eu", "-o", "json"))
+	require.Equal(t, "done", setDone.(map[string]any)["status"])
+	r = c.run("", "var", "set", "acme/shop/production/api", "REGION=eu", "-o", "json")
+	require.Equal(t, exitApproval, exitCode(r.failed), r.err)
+	setWaiting := decodeJSON(t, r.out)
+	require.Equal(t, "waiting-for-approval", setWaiting.(map[string]any)["status"])
+	require.Equal(t, []string{"changeSet", "status", "variables"}, keys(setDone))
+	require.Equal(t, keys(setDone), keys(setWaiting))
+
 	if !*update {
 		files, err := os.ReadDir(dir)
 		require.NoError(t, err)
