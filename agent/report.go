@@ -117,7 +117,7 @@ func (a *Agent) sendStatus(ctx context.Context, nsEnv map[string]string) {
 				last = e.EventTime.Time
 			}
 			st.Events = append(st.Events, transport.ClusterEvent{EnvironmentID: env, Namespace: ns,
-				Object: strings.ToLower(e.InvolvedObject.Kind) + "/" + e.InvolvedObject.Name, Reason: e.Reason, Message: e.Message, Count: int(e.Count), LastSeen: last})
+				Object: strings.ToLower(e.InvolvedObject.Kind) + "/" + e.InvolvedObject.Name, Reason: e.Reason, Message: transport.Storable(e.Message, transport.MaxMessage), Count: int(e.Count), LastSeen: last})
 		}
 	}
 	a.report(transport.TypeStatus, st)
@@ -238,6 +238,8 @@ func sortedKeys(m map[string]string) []string {
 
 // parseLogLine splits the timestamp the API server puts before each line.
 func parseLogLine(s string) transport.LogLine {
+	// Whatever the container wrote, the line must be storable text.
+	s = transport.Storable(s, transport.MaxLogLine)
 	ts, rest, ok := strings.Cut(s, " ")
 	if ok {
 		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {

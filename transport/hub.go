@@ -204,8 +204,8 @@ func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
 		return "the first frame must be a hello"
 	}
 	var hello Hello
-	if err := DecodePayload(env, &hello); err != nil {
-		return err.Error()
+	if err := DecodeValid(env, &hello); err != nil {
+		return refuse(ac.c, err)
 	}
 	if hello.Protocol != ProtocolVersion {
 		msg, _ := Encode(TypeError, "", ErrorMessage{Code: "protocol_unsupported", Message: fmt.Sprintf("this control plane speaks protocol %d", ProtocolVersion)})
@@ -279,16 +279,16 @@ func (h *Hub) readLoop(ctx context.Context, ac *agentConn) string {
 		switch env.Type {
 		case TypeHeartbeat:
 			var hb Heartbeat
-			if err := DecodePayload(env, &hb); err != nil {
-				return err.Error()
+			if err := DecodeValid(env, &hb); err != nil {
+				return refuse(ac.c, err)
 			}
 			if h.cfg.OnHeartbeat != nil {
 				h.cfg.OnHeartbeat(ctx, *ac.peer, hb)
 			}
 		case TypeAck:
 			var a Ack
-			if err := DecodePayload(env, &a); err != nil {
-				return err.Error()
+			if err := DecodeValid(env, &a); err != nil {
+				return refuse(ac.c, err)
 			}
 			ac.mu.Lock()
 			if a.Revision > ac.sent[a.EnvironmentID] {
@@ -300,32 +300,32 @@ func (h *Hub) readLoop(ctx context.Context, ac *agentConn) string {
 			}
 		case TypeStatus:
 			var st Status
-			if err := DecodePayload(env, &st); err != nil {
-				return err.Error()
+			if err := DecodeValid(env, &st); err != nil {
+				return refuse(ac.c, err)
 			}
 			if h.cfg.OnStatus != nil {
 				h.cfg.OnStatus(ctx, *ac.peer, st)
 			}
 		case TypeLogs:
 			var l Logs
-			if err := DecodePayload(env, &l); err != nil {
-				return err.Error()
+			if err := DecodeValid(env, &l); err != nil {
+				return refuse(ac.c, err)
 			}
 			if h.cfg.OnLogs != nil {
 				h.cfg.OnLogs(ctx, *ac.peer, l)
 			}
 		case TypeStage:
 			var st StageReport
-			if err := DecodePayload(env, &st); err != nil {
-				return err.Error()
+			if err := DecodeValid(env, &st); err != nil {
+				return refuse(ac.c, err)
 			}
 			if h.cfg.OnStage != nil {
 				h.cfg.OnStage(ctx, *ac.peer, st)
 			}
 		case TypeAgentUpgradeResult:
 			var r AgentUpgradeResult
-			if err := DecodePayload(env, &r); err != nil {
-				return err.Error()
+			if err := DecodeValid(env, &r); err != nil {
+				return refuse(ac.c, err)
 			}
 			if h.cfg.OnUpgradeResult != nil {
 				h.cfg.OnUpgradeResult(ctx, *ac.peer, r)

@@ -1,8 +1,10 @@
 package transport_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
@@ -510,7 +513,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var v any
+		var v transport.Validator
 		switch env.Type {
 		case transport.TypeHello:
 			v = &transport.Hello{}
@@ -524,10 +527,24 @@ func FuzzDecode(f *testing.F) {
 			v = &transport.Status{}
 		case transport.TypeLogs:
 			v = &transport.Logs{}
+		case transport.TypeAgentUpgradeResult:
+			v = &transport.AgentUpgradeResult{}
 		default:
 			return
 		}
-		_ = transport.DecodePayload(env, v)
+		if transport.DecodeValid(env, v) != nil {
+			return
+		}
+		// What is accepted is storable: valid UTF-8 without NUL anywhere
+		// (re-encoded, a NUL would be \u0000; invalid bytes would be
+		// replaced, so compare with the payload as sent).
+		out, err := json.Marshal(v)
+		if err != nil {
+			t.Fatalf("an accepted %s does not encode: %v", env.Type, err)
+		}
+		if !utf8.Valid(env.Payload) || bytes.Contains(out, []byte(`\u0000`)) {
+			t.Fatalf("an accepted %s holds text a table cannot store: %s", env.Type, out)
+		}
 	})
 }
 

@@ -1,0 +1,49 @@
+package transport_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+// Storable makes any container output acceptable to the control plane, and
+// the rules accept what it makes.
+func TestStorableTextPassesTheFrameRules(t *testing.T) {
+	for _, s := range []string{"plain", "nul\x00inside", "bad \xff\xfe bytes", "\x1b[31mred\x1b[0m\r", strings.Repeat("é", 40000), "cut \xe2\x82"} {
+		out := transport.Storable(s, transport.MaxLogLine)
+		require.True(t, utf8.ValidString(out), "%q", s)
+		require.NotContains(t, out, "\x00")
+		require.LessOrEqual(t, len(out), transport.MaxLogLine)
+		lg := transport.Logs{EnvironmentID: "e", Service: "api", Pod: "p", Container: "c", Lines: []transport.LogLine{{Text: out}}}
+		require.NoError(t, lg.Validate(), "%q", s)
+	}
+	require.Equal(t, "\x1b[31mred\x1b[0m\r", transport.Storable("\x1b[31mred\x1b[0m\r", 100), "terminal colours are kept")
+	require.Equal(t, "ab", transport.Storable("abé", 3), "cut at a character boundary")
+}
+
+func TestFrameRules(t *testing.T) {
+	for name, v := range map[string]transport.Validator{
+		"hello version NUL":    transport.Hello{Version: "1\x00"},
+		"hello arch control":   transport.Hello{Arch: "amd\x0764"},
+		"hello applied key":    transport.Hello{Applied: map[string]int{strings.Repeat("e", 200): 1}},
+		"upgrade reason":       transport.Hello{Facts: transport.Facts{AgentUpgrade: &transport.UpgradeFacts{Reason: "x\x00"}}},
+		"ack hash":             transport.Ack{Hash: "h\x00"},
+		"status nodes":         transport.Status{Nodes: make([]transport.NodeStatus, 5001)},
+		"status event message": transport.Status{Events: []transport.ClusterEvent{{Message: "\xff"}}},
+		"logs too many lines":  transport.Logs{Lines: make([]transport.LogLine, 10001)},
+		"stage service":        transport.StageReport{Service: strings.Repeat("s", 254)},
+		"upgrade result":       transport.AgentUpgradeResult{Error: "\x00"},
+	} {
+		err := v.Validate()
+		require.Error(t, err, name)
+		require.True(t, errors.Is(err, transport.ErrInvalidFrame), name)
+	}
+	require.NoError(t, transport.Hello{Version: "1.2.3", Arch: "arm64", Applied: map[string]int{"e": 3},
+		Facts: transport.Facts{Hostname: "node-1", OS: "linux", KubernetesVersion: "v1.31.0"}}.Validate())
+	require.NoError(t, transport.Status{Events: []transport.ClusterEvent{{Message: "Back-off\tpulling image\n"}}}.Validate())
+}
