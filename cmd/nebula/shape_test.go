@@ -251,7 +251,7 @@ func TestReadCommandShapes(t *testing.T) {
 	require.Equal(t, fromJSON, fromYAML, "-o yaml prints what -o json does")
 	lines := strings.Split(strings.TrimSpace(c.ok("project", "list", "acme", "-o", "jsonl")), "\n")
 	require.Len(t, lines, len(fromJSON.([]any)))
-	require.Regexp(t, `(?m)^shop\s+(just now|\d+ s ago)$`, c.ok("project", "list", "acme"), "tables show relative times")
+	require.Regexp(t, `(?m)^shop\s+(just now|\d+ (s|min) ago)$`, c.ok("project", "list", "acme"), "tables show relative times")
 	require.Regexp(t, `"createdAt": "\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)"`, want, "JSON times are RFC 3339 with a zone")
 
 	// --- exit codes of API errors, the same on every command
