@@ -162,3 +162,86 @@ func TestNoNULReachesAnEvent(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
 	require.Equal(t, 1, n, "nothing was appended")
 }
+
+// A snapshot rewrites the whole state, so one is kept only once the events
+// after the last one hold as many bytes as it does: with a large state (a
+// service's many variables) small commands do not rewrite it every 100
+// events, and the snapshot bytes stay within the bytes of the events.
+func TestSnapshotsWaitForAsManyBytesOfEvents(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	store := eventstore.New(pool, nil)
+	h, err := New(Config{Store: store})
+	require.NoError(t, err)
+	org, project, env, svc := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
+	as := Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: uuid.NewString(), Name: "alice"}}
+	do := func(cmd domain.ProjectCommand) Result {
+		t.Helper()
+		res, err := h.Project(ctx, as, org, project, cmd)
+		require.NoError(t, err)
+		return res
+	}
+	do(domain.CreateProject{ProjectID: project, OrgID: org, Name: "shop"})
+	do(domain.CreateEnvironment{EnvironmentID: env, Name: "staging", ClusterID: uuid.NewString()})
+	do(domain.CreateService{ServiceID: svc, Name: "api", Source: domain.Source{Image: "x:1"}, Processes: []domain.Process{{Name: "web", Port: 8080, Replicas: 1}}})
+	vars := make([]domain.Variable, 500)
+	for i := range vars {
+		vars[i] = domain.Variable{Name: fmt.Sprintf("V%03d", i), Value: fmt.Sprintf("%0100d", i)}
+	}
+	do(domain.SetVariables{EnvironmentID: env, ServiceID: svc, Variables: vars})
+	stream := domain.ProjectStream(project)
+	snapshot := func() (int, int) {
+		snap, ok, err := store.LoadSnapshot(ctx, stream)
+		require.NoError(t, err)
+		if !ok {
+			return 0, 0
+		}
+		return snap.Version, len(snap.State)
+	}
+	// Small commands: the first snapshot comes after 100 events (the large
+	// event before them pays for it).
+	scale := func(i int) Result {
+		return do(domain.Scale{EnvironmentID: env, ServiceID: svc, Process: "web", Replicas: i % 5})
+	}
+	var last Result
+	for i := 0; last.Version < SnapshotEvery+1; i++ {
+		last = scale(i)
+	}
+	first, size := snapshot()
+	require.GreaterOrEqual(t, first, SnapshotEvery)
+	require.Greater(t, size, 50_000, "the state holds the variables")
+
+	// Another 200 small events hold far fewer bytes than the snapshot: it is kept.
+	for i := 0; i < 200; i++ {
+		last = scale(i)
+	}
+	v, _ := snapshot()
+	require.Equal(t, first, v, "a new snapshot after %d small events", last.Version-first)
+
+	// Once the events after it hold as many bytes as it does, a new one.
+	var tail int
+	for tail < size {
+		last = scale(tail)
+		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(octet_length(payload::text)), 0) FROM events WHERE stream_id = $1 AND stream_version > $2`,
+			stream, first).Scan(&tail))
+	}
+	last = scale(1)
+	v, _ = snapshot()
+	require.Greater(t, v, first, "no new snapshot after %d bytes of events (the snapshot holds %d)", tail, size)
+
+	// Deciding from the new snapshot equals folding the whole stream.
+	fromSnapshot, version, base, _, err := load(ctx, h, stream, org, domain.NewProject)
+	require.NoError(t, err)
+	require.Equal(t, v, base)
+	_, err = pool.Exec(ctx, `DELETE FROM aggregate_snapshots WHERE stream_id = $1`, stream)
+	require.NoError(t, err)
+	folded, version2, _, _, err := load(ctx, h, stream, org, domain.NewProject)
+	require.NoError(t, err)
+	require.Equal(t, version, version2)
+	a, err := json.Marshal(fromSnapshot)
+	require.NoError(t, err)
+	b, err := json.Marshal(folded)
+	require.NoError(t, err)
+	require.JSONEq(t, string(b), string(a))
+}
