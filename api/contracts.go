@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/uuid"
+
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/projections"
@@ -279,15 +281,19 @@ func parsePage(r *http.Request) (pageRequest, error) {
 	return p, nil
 }
 
-// window is how many items of the list, from the start, a handler that
-// reads a bounded list must read for this page (with room for items added
-// before the cursor since).
-func (p pageRequest) window() int {
-	n := p.limit + 1
-	if p.after != nil {
-		n += p.after.Offset + maxPageSize
+// keysetPage is, for a handler that reads its list a page at a time in the
+// database (the lists that grow without bound), the id of the row the page
+// starts after ("" for the first page); the handler reads limit+1 rows from
+// there, the one more telling whether there is a next page.
+func (c *call) keysetPage() (string, error) {
+	c.keyset = true
+	if c.page.after == nil {
+		return "", nil
 	}
-	return n
+	if _, err := uuid.Parse(c.page.after.Key); err != nil {
+		return "", badRequest("query parameter cursor is not a cursor of this list (use the next of the previous page)")
+	}
+	return c.page.after.Key, nil
 }
 
 // itemKey identifies an item of a list for the cursor: its id, user id,
@@ -489,7 +495,12 @@ func (a *API) preconditions(r *http.Request, rt route, c *call) error {
 // or changed.
 func (a *API) decorate(w http.ResponseWriter, r *http.Request, rt route, c *call, status int, body any) (any, error) {
 	if isList(rt) && status == http.StatusOK && body != nil && reflect.TypeOf(body).Kind() == reflect.Slice {
-		body = paginate(body, c.page)
+		p := c.page
+		if c.keyset {
+			// The handler read the page (and one more row) after the cursor.
+			p.after = nil
+		}
+		body = paginate(body, p)
 	}
 	if status == http.StatusCreated {
 		if loc := location(r, body); loc != "" {

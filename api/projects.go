@@ -537,7 +537,11 @@ func (a *API) rollback(w http.ResponseWriter, r *http.Request, c *call) (int, an
 }
 
 func (a *API) listReleases(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	rel, err := query.Releases(r.Context(), a.pool, c.env.ID, c.service.ID)
+	after, err := c.keysetPage()
+	if err != nil {
+		return 0, nil, err
+	}
+	rel, err := query.ReleasesAfter(r.Context(), a.pool, c.env.ID, c.service.ID, after, c.page.limit+1)
 	return http.StatusOK, rel, err
 }
 
@@ -569,9 +573,12 @@ func blockers(d query.Deployment, cluster query.ClusterStatus) []string {
 }
 
 func (a *API) listDeployments(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	after, err := c.keysetPage()
+	if err != nil {
+		return 0, nil, err
+	}
 	ctx := r.Context()
-	// The history may be long: read only as far as the page asked for.
-	ds, err := query.Deployments(ctx, a.pool, c.env.ID, c.service.ID, c.page.window())
+	ds, err := query.DeploymentsAfter(ctx, a.pool, c.env.ID, c.service.ID, after, c.page.limit+1)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -737,7 +744,11 @@ func (a *API) listChangeSets(w http.ResponseWriter, r *http.Request, c *call) (i
 	default:
 		return 0, nil, badRequest("status must be open, approved, rejected or expired")
 	}
-	cs, err := query.ChangeSets(r.Context(), a.pool, c.env.ID, status)
+	after, err := c.keysetPage()
+	if err != nil {
+		return 0, nil, err
+	}
+	cs, err := query.ChangeSetsAfter(r.Context(), a.pool, c.env.ID, status, after, c.page.limit+1)
 	return http.StatusOK, cs, err
 }
 

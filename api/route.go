@@ -67,8 +67,10 @@ type call struct {
 	// etag is a read's entity tag, taken before the read; stream is the
 	// event stream of the resource the route reads or changes.
 	etag, stream string
-	// page is what a list route's ?limit= and ?cursor= ask for.
-	page pageRequest
+	// page is what a list route's ?limit= and ?cursor= ask for; keyset
+	// says the handler read the page itself, after the cursor.
+	page   pageRequest
+	keyset bool
 }
 
 type ctxKey int
