@@ -47,3 +47,32 @@ func TestRegistrySettings(t *testing.T) {
 	require.ErrorContains(t, err, EnvAllowedRegistries)
 	require.True(t, strings.Contains(err.Error(), "no scheme or path"))
 }
+
+func TestLogAndMetricsSettings(t *testing.T) {
+	t.Setenv(EnvDataDir, t.TempDir())
+	c, err := Load("")
+	require.NoError(t, err)
+	require.Equal(t, "text", c.LogFormat, "text by default")
+	require.Empty(t, c.MetricsListen, "no metrics listener by default")
+
+	t.Setenv(EnvLogFormat, "json")
+	t.Setenv(EnvMetricsListen, "127.0.0.1:9100")
+	c, err = Load("")
+	require.NoError(t, err)
+	require.Equal(t, "json", c.LogFormat)
+	require.Equal(t, "127.0.0.1:9100", c.MetricsListen)
+
+	t.Setenv(EnvLogFormat, "logfmt")
+	_, err = Load("")
+	require.ErrorContains(t, err, EnvLogFormat)
+	t.Setenv(EnvLogFormat, "")
+
+	t.Setenv(EnvMetricsListen, "9100")
+	_, err = Load("")
+	require.ErrorContains(t, err, EnvMetricsListen+` "9100" is not host:port`)
+
+	t.Setenv(EnvMetricsListen, "127.0.0.1:8080")
+	t.Setenv(EnvListen, "127.0.0.1:8080")
+	_, err = Load("")
+	require.ErrorContains(t, err, "same address")
+}
