@@ -227,7 +227,7 @@ nebula deployments show lists the stages of one.
 Example:
    nebula deployments acme/shop/production/api --limit 10
    nebula deployments watch acme/shop/production/api`,
-		flags: []cli.Flag{&cli.IntFlag{Name: "limit", Usage: "at most this many (1-500; default 50)"}},
+		flags: []cli.Flag{&cli.IntFlag{Name: "limit", Usage: "at most this many, newest first (default 50)"}},
 		json:  true, nargs: 1,
 		run: func(x *cmdCtx) error {
 			a, err := x.address(0, shapeTarget)
