@@ -162,17 +162,14 @@ func applyRevision(objs map[string]json.RawMessage, rc domain.RevisionCompiled) 
 // is checked against the hash the revision event recorded, and rebuilt from
 // the events alone (the facts) when the read model disagrees with it.
 func DocumentAt(ctx context.Context, q eventstore.Querier, envID string, n int) (Revision, error) {
-	stream := domain.RevisionStream(envID)
 	var rev Revision
 	var hash string
-	var err error
-	if n == 0 {
-		err = q.QueryRow(ctx, `SELECT stream_version, payload->>'hash', occurred_at FROM events WHERE stream_id = $1
-			ORDER BY stream_version DESC LIMIT 1`, stream).Scan(&rev.Number, &hash, &rev.CompiledAt)
-	} else {
-		err = q.QueryRow(ctx, `SELECT stream_version, payload->>'hash', occurred_at FROM events WHERE stream_id = $1 AND stream_version = $2`,
-			stream, n).Scan(&rev.Number, &hash, &rev.CompiledAt)
-	}
+	var projected int
+	// The revision event (the latest for 0) and how far the read model got.
+	err := q.QueryRow(ctx, `SELECT stream_version, payload->>'hash', occurred_at,
+			(SELECT coalesce(max(number), 0) FROM revisions WHERE environment_id = $3)
+		FROM events WHERE stream_id = $1 AND ($2 = 0 OR stream_version = $2)
+		ORDER BY stream_version DESC LIMIT 1`, domain.RevisionStream(envID), n, envID).Scan(&rev.Number, &hash, &rev.CompiledAt, &projected)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return rev, ErrNoRevision
 	}
@@ -180,10 +177,6 @@ func DocumentAt(ctx context.Context, q eventstore.Querier, envID string, n int) 
 		return rev, fmt.Errorf("reading revisions of %s: %w", envID, err)
 	}
 	rev.EnvironmentID, rev.Hash = envID, hash
-	var projected int
-	if err := q.QueryRow(ctx, `SELECT coalesce(max(number), 0) FROM revisions WHERE environment_id = $1`, envID).Scan(&projected); err != nil {
-		return rev, fmt.Errorf("reading revisions of %s: %w", envID, err)
-	}
 	from := min(projected, rev.Number)
 	objs, err := objectsAt(ctx, q, envID, from)
 	if err != nil {
