@@ -66,7 +66,7 @@ func (s spec) command() *cli.Command {
 		Action: func(c *cli.Context) error {
 			args, help, err := interspersed(c)
 			if err != nil {
-				return exitError{exitUsage, err}
+				return usagef("%v (see %s --help)", err, c.Command.HelpName)
 			}
 			if help {
 				cli.HelpPrinter(c.App.Writer, cli.CommandHelpTemplate, c.Command)
@@ -158,6 +158,26 @@ func suggest(cmds []*cli.Command, typed string) string {
 	return best
 }
 
+// suggestFlag returns the flag nearest to typed (without dashes), written
+// with its dashes, or "" when none is near enough.
+func suggestFlag(flags []cli.Flag, typed string) string {
+	best, bestD := "", -1
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if d := editDistance(strings.ToLower(typed), n); bestD < 0 || d < bestD {
+				best, bestD = n, d
+			}
+		}
+	}
+	if best == "" || bestD > max(1, len(typed)/3) {
+		return ""
+	}
+	if len(best) == 1 {
+		return "-" + best
+	}
+	return "--" + best
+}
+
 // editDistance is the Levenshtein distance of a and b, a transposition of
 // two neighbours counting once.
 func editDistance(a, b string) int {
@@ -205,6 +225,9 @@ func interspersed(c *cli.Context) (args []string, help bool, err error) {
 		}
 		f := findFlag(c.Command.Flags, name)
 		if f == nil {
+			if s := suggestFlag(c.Command.Flags, name); s != "" {
+				return nil, false, fmt.Errorf("flag provided but not defined: %s; did you mean %s?", a, s)
+			}
 			return nil, false, fmt.Errorf("flag provided but not defined: %s", a)
 		}
 		if !hasValue {

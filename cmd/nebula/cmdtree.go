@@ -53,8 +53,8 @@ func onUsageError(cmd *cli.Command) cli.OnUsageErrorFunc {
 			flags, where = cmd.Flags, "nebula "+commandPath(c, cmd)
 		}
 		msg := err.Error()
-		if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok && cli.SuggestFlag != nil {
-			if s := cli.SuggestFlag(flags, strings.TrimLeft(name, "-"), false); s != "" {
+		if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+			if s := suggestFlag(flags, strings.TrimLeft(name, "-")); s != "" {
 				msg += fmt.Sprintf("; did you mean %s?", s)
 			}
 		}
