@@ -308,7 +308,7 @@ func (l *Link) Fetch(ctx context.Context, envID string, revision int) (transport
 
 func (l *Link) record(ctx context.Context, p transport.Peer, cmd domain.RecordConnection) {
 	actor := domain.Actor{Kind: domain.ActorAgent, ID: p.ServerID, Name: p.Name}
-	cmd.ClusterID, cmd.ServerID = p.ClusterID, p.ServerID
+	cmd.ClusterID, cmd.ServerID, cmd.Session = p.ClusterID, p.ServerID, p.Session
 	if _, err := l.cfg.Commands.Server(ctx, command.Context{Actor: actor}, p.OrgID, p.ServerID, cmd); err != nil {
 		l.cfg.Logger.Warn("recording an agent connection", "server", p.Name, "err", err)
 	}
@@ -326,7 +326,8 @@ func (l *Link) OnHello(ctx context.Context, p transport.Peer, h transport.Hello)
 		p.ServerID, p.OrgID, p.ClusterID, l.cfg.Replica, truncate(h.Version, 64), truncate(h.Arch, 16), facts, h.Facts.Leader, now); err != nil {
 		l.cfg.Logger.Warn("recording an agent's hello", "server", p.Name, "err", err)
 	}
-	l.record(ctx, p, domain.RecordConnection{Connected: true, Version: truncateUTF8(h.Version, 64), Arch: truncateUTF8(h.Arch, 16)})
+	l.record(ctx, p, domain.RecordConnection{Connected: true, Version: truncateUTF8(h.Version, 64), Arch: truncateUTF8(h.Arch, 16),
+		Upgradable: h.Upgradable, CannotUpgrade: truncateUTF8(h.CannotUpgrade, 200), AgentUpgrade: upgradeFacts(h.Facts.AgentUpgrade)})
 }
 
 // OnHeartbeat keeps the server's last-seen time: telemetry, not an event.

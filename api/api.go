@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nebulactrl/nebulactrl/agentbin"
 	"github.com/nebulactrl/nebulactrl/backup"
 	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/domain"
@@ -60,6 +61,9 @@ type Config struct {
 	ConsistencyTimeout time.Duration
 	// Telemetry reads the agents' reports and logs.
 	Telemetry *telemetry.Store
+	// AgentBinaries are the agent binaries the control plane serves, whose
+	// SHA-256 an upgrade carries (default agentbin.Embedded()).
+	AgentBinaries agentbin.Source
 	// RetryParked retries the events the subscriptions parked (nebula audit
 	// retry); without it that route answers 503.
 	RetryParked RetryParkedFunc

@@ -58,6 +58,10 @@ const (
 	// EnvStallTimeout flags a deployment whose stages did not move for this
 	// long (a Go duration, default 10m).
 	EnvStallTimeout = "NEBULACTRL_STALL_TIMEOUT"
+	// EnvAgentUpgradeTimeout is how long an agent asked to upgrade has to
+	// connect again with the new version before the upgrade counts as
+	// failed (a Go duration, default 10m).
+	EnvAgentUpgradeTimeout = "NEBULACTRL_AGENT_UPGRADE_TIMEOUT"
 )
 
 // Names lists every variable the control plane reads, for documentation
@@ -98,6 +102,8 @@ type Config struct {
 	RegistryAuth        string
 	// ApprovalTTL and StallTimeout: see EnvApprovalTTL and EnvStallTimeout.
 	ApprovalTTL, StallTimeout time.Duration
+	// AgentUpgradeTimeout: see EnvAgentUpgradeTimeout.
+	AgentUpgradeTimeout time.Duration
 	// EnvFile is the .env file that was read (or would be written).
 	EnvFile string
 }
@@ -173,7 +179,8 @@ func Load(envFile string) (Config, error) {
 		env string
 		to  *time.Duration
 		def time.Duration
-	}{{EnvApprovalTTL, &c.ApprovalTTL, 72 * time.Hour}, {EnvStallTimeout, &c.StallTimeout, 10 * time.Minute}} {
+	}{{EnvApprovalTTL, &c.ApprovalTTL, 72 * time.Hour}, {EnvStallTimeout, &c.StallTimeout, 10 * time.Minute},
+		{EnvAgentUpgradeTimeout, &c.AgentUpgradeTimeout, 10 * time.Minute}} {
 		*d.to = d.def
 		if v := get(d.env); v != "" {
 			t, err := time.ParseDuration(v)

@@ -140,6 +140,8 @@ type ServerConnected struct {
 	// Upgradable is absent for an agent that predates self-upgrades.
 	Upgradable    *bool  `json:"upgradable,omitempty"`
 	CannotUpgrade string `json:"cannotUpgrade,omitempty"`
+	// Session names the connection (see transport.Peer).
+	Session string `json:"session,omitempty"`
 }
 
 // ServerDisconnected records an agent's connection ending.

@@ -7,7 +7,11 @@ package domain
 // connect at all (registered, not revoked) is checked when it authenticates.
 // The stream also carries the agent's upgrades (upgrade.go).
 type ServerLink struct {
-	Connected bool   `json:"connected"`
+	Connected bool `json:"connected"`
+	// Session is the connection's (see transport.Peer): a disconnect of an
+	// earlier connection, recorded after the server connected again,
+	// changes nothing.
+	Session   string `json:"session,omitempty"`
 	ClusterID string `json:"clusterId,omitempty"`
 	ServerID  string `json:"serverId,omitempty"`
 	// Version, Arch, Upgradable and CannotUpgrade are what the agent said at
@@ -33,7 +37,7 @@ func NewServerLink() *ServerLink { return &ServerLink{} }
 func (s *ServerLink) Apply(e Event) {
 	switch e := e.(type) {
 	case ServerConnected:
-		s.Connected = true
+		s.Connected, s.Session = true, e.Session
 		s.ClusterID, s.ServerID, s.Version, s.Arch = e.ClusterID, e.ServerID, e.Version, e.Arch
 		s.Upgradable, s.CannotUpgrade = e.Upgradable, e.CannotUpgrade
 	case ServerDisconnected:
@@ -55,6 +59,8 @@ type RecordConnection struct {
 	Version   string
 	Arch      string
 	Reason    string
+	// Session names the connection (empty for a caller that does not say).
+	Session string
 	// Upgradable is the hello's "upgradable" (nil when the agent does not
 	// say: it predates self-upgrades), CannotUpgrade its reason when false.
 	Upgradable    *bool
@@ -78,7 +84,7 @@ func (s *ServerLink) Decide(cmd ServerCommand, m Meta) (Decision, error) {
 		if err := ValidateID("server", c.ServerID); err != nil {
 			return Decision{}, err
 		}
-		for _, f := range []struct{ name, value string }{{"version", c.Version}, {"arch", c.Arch}, {"reason", c.Reason}, {"cannotUpgrade", c.CannotUpgrade}} {
+		for _, f := range []struct{ name, value string }{{"version", c.Version}, {"arch", c.Arch}, {"reason", c.Reason}, {"cannotUpgrade", c.CannotUpgrade}, {"session", c.Session}} {
 			if err := ValidateText(f.name, f.value, 200); err != nil {
 				return Decision{}, err
 			}
@@ -92,11 +98,11 @@ func (s *ServerLink) Decide(cmd ServerCommand, m Meta) (Decision, error) {
 				}
 			}
 			events := []Event{ServerConnected{ClusterID: c.ClusterID, ServerID: c.ServerID, Version: c.Version, Arch: c.Arch,
-				Upgradable: c.Upgradable, CannotUpgrade: c.CannotUpgrade}}
+				Upgradable: c.Upgradable, CannotUpgrade: c.CannotUpgrade, Session: c.Session}}
 			events = append(events, s.upgradeOnConnect(c, m)...)
 			return decided(events...), nil
 		}
-		if !s.Connected {
+		if !s.Connected || c.Session != "" && s.Session != "" && c.Session != s.Session {
 			return Decision{}, nil
 		}
 		return decided(ServerDisconnected{ClusterID: c.ClusterID, ServerID: c.ServerID, Reason: c.Reason}), nil

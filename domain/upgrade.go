@@ -508,7 +508,7 @@ func (r *AgentRollouts) Decide(orgID string, cmd RolloutCommand, m Meta) (Decisi
 			return Decision{}, refuseConflict(CodeUpgradeInProgress, "rollout %s to %s is in progress", r.Active.RolloutID, r.Active.Version)
 		}
 		if len(c.Servers) == 0 {
-			return Decision{}, refuseConflict(CodeNothingToUpgrade, "no server of the organisation can be upgraded now")
+			return Decision{}, refuseConflict(CodeNothingToUpgrade, "no server of the organisation can be upgraded to %s now: none is connected, behind the control plane, able to upgrade itself and not upgrading already", c.Version)
 		}
 		seen := map[string]bool{}
 		for _, s := range c.Servers {

@@ -180,3 +180,16 @@ func TestRolloutOnTheOrganisationStream(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, d.Events, "a halted rollout halts once")
 }
+
+// A disconnect recorded after the server connected again (an agent that
+// restarted) is not the newer connection's end.
+func TestALateDisconnectOfAnEarlierConnectionChangesNothing(t *testing.T) {
+	t.Parallel()
+	s := domain.NewServerLink()
+	decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Connected: true, Version: "1.4.0", Session: "one"})
+	decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Connected: true, Version: "1.5.0", Session: "two"})
+	require.Empty(t, decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Session: "one"}))
+	require.True(t, s.Connected)
+	require.Len(t, decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Session: "two"}), 1)
+	require.False(t, s.Connected)
+}

@@ -66,7 +66,7 @@ func newReadModels() *readModels {
 		members:    newTable("memberships", 2, "org_id uuid", "user_id uuid", "role text", "updated_at timestamptz"),
 		clusters:   newTable("clusters", 1, "id uuid", "org_id uuid", "name text", "created_at timestamptz", "deleted_at timestamptz"),
 		joinTokens: newTable("cluster_join_tokens", 1, "id uuid", "org_id uuid", "cluster_id uuid", "token_hash text", "created_at timestamptz", "expires_at timestamptz", "revoked_at timestamptz"),
-		servers:    newTable("servers", 1, "id uuid", "org_id uuid", "cluster_id uuid", "name text", "credential_hash text", "registered_at timestamptz", "revoked_at timestamptz"),
+		servers:    newTable("servers", 1, "id uuid", "org_id uuid", "cluster_id uuid", "name text", "credential_hash text", "registered_at timestamptz", "revoked_at timestamptz", "last_upgrade jsonb", "cannot_upgrade text"),
 		projects:   newTable("projects", 1, "id uuid", "org_id uuid", "name text", "created_at timestamptz", "deleted_at timestamptz"),
 		envs:       newTable("environments", 1, "id uuid", "org_id uuid", "project_id uuid", "name text", "cluster_id uuid", "protected boolean", "created_at timestamptz", "deleted_at timestamptz"),
 		services:   newTable("services", 1, "id uuid", "org_id uuid", "project_id uuid", "name text", "source jsonb", "processes jsonb", "created_at timestamptz", "updated_at timestamptz", "deleted_at timestamptz", "progress_deadline_seconds integer"),
@@ -132,9 +132,11 @@ func (r *readModels) apply(e Decoded) {
 	case domain.JoinTokenRevoked:
 		r.joinTokens.update([]any{d.TokenID}, map[string]any{"revoked_at": at})
 	case domain.ServerRegistered:
-		r.servers.upsert(d.ServerID, org, d.ClusterID, d.Name, d.CredentialHash, at, nil)
+		r.servers.upsert(d.ServerID, org, d.ClusterID, d.Name, d.CredentialHash, at, nil, nil, nil)
 	case domain.ServerCredentialRevoked:
 		r.servers.update([]any{d.ServerID}, map[string]any{"revoked_at": at})
+	case domain.ServerConnected, domain.AgentUpgradeRequested, domain.AgentUpgraded, domain.AgentUpgradeFailed:
+		r.applyUpgrade(e.Data)
 	case domain.ProjectCreated:
 		r.projects.upsert(d.ProjectID, d.OrgID, d.Name, at, nil)
 	case domain.ProjectDeleted:

@@ -67,6 +67,8 @@ type Config struct {
 	// StallTimeout flags a deployment without stage progress (default 10 min).
 	StallTimeout time.Duration
 	BatchSize    int
+	// Upgrades configures the reactions of agent upgrades (upgrades.go).
+	Upgrades Upgrades
 }
 
 // Reactions runs the reactions.
@@ -137,6 +139,8 @@ type timerPayload struct {
 	DeploymentID string `json:"deploymentId,omitempty"`
 	ProjectID    string `json:"projectId,omitempty"`
 	ChangeSetID  string `json:"changeSetId,omitempty"`
+	ServerID     string `json:"serverId,omitempty"`
+	UpgradeID    string `json:"upgradeId,omitempty"`
 }
 
 func actor() command.Context {
@@ -166,6 +170,9 @@ func (r *Reactions) handle(ctx context.Context, tx pgx.Tx, events []eventstore.E
 func (r *Reactions) react(ctx context.Context, tx pgx.Tx, e eventstore.Event, d domain.Event) ([]timerOp, error) {
 	c := actor()
 	c.RequestID = e.RequestID
+	if ops, handled, err := r.reactUpgrade(ctx, tx, e, d, c); handled {
+		return ops, err
+	}
 	switch d := d.(type) {
 	case domain.RevisionCompiled:
 		return nil, r.deliver(ctx, tx, e, d, c)
@@ -392,6 +399,8 @@ func (r *Reactions) FireDue(ctx context.Context) (int, error) {
 			_, err = r.cfg.Commands.Deployment(ctx, c, t.org, t.payload.DeploymentID, domain.CheckStall{StallTimeout: r.cfg.StallTimeout})
 		case timerApproval:
 			_, err = r.cfg.Commands.Project(ctx, c, t.org, t.payload.ProjectID, domain.ExpireChangeSet{ChangeSetID: t.payload.ChangeSetID, TTL: r.cfg.ApprovalTTL})
+		case timerUpgrade:
+			err = r.fireUpgrade(ctx, c, t.org, t.payload)
 		default:
 			r.cfg.Logger.Error("reactions: dropping a timer of an unknown kind", "key", t.key, "kind", t.kind)
 		}

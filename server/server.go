@@ -159,7 +159,8 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	react, err := reactions.New(reactions.Config{Store: store, Commands: cmd, Logger: log, Now: opts.Now,
-		ApprovalTTL: cfg.ApprovalTTL, StallTimeout: cfg.StallTimeout})
+		ApprovalTTL: cfg.ApprovalTTL, StallTimeout: cfg.StallTimeout,
+		Upgrades: reactions.Upgrades{Version: opts.Version, Timeout: cfg.AgentUpgradeTimeout}})
 	if err != nil {
 		return err
 	}
@@ -183,7 +184,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		return fmt.Errorf("%s: %w", config.EnvRegistryAuth, err)
 	}
 	a, err := api.New(api.Config{
-		Pool: pool, Commands: cmd, Sealer: sealer, Changed: waker.Changed, Logger: log, Version: opts.Version,
+		Pool: pool, Commands: cmd, Sealer: sealer, Changed: waker.Changed, Logger: log, Version: opts.Version, AgentBinaries: opts.AgentBinaries,
 		Images: image.NewResolver(image.Config{Insecure: cfg.InsecureRegistries, Allowed: cfg.AllowedRegistries,
 			DenyPrivate: cfg.RegistryDenyPrivate, AuthFile: cfg.RegistryAuthFile, Auth: registryAuth}),
 		Registry:    registry,
@@ -212,6 +213,10 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	link.Attach(hub)
+	// Agent upgrades go out over this replica's hub; the agents' answers
+	// come back through the link.
+	react.AttachAgents(link, agentlink.ErrServerOffline, link)
+	link.OnUpgradeResult = react.UpgradeResult
 	if opts.OnLink != nil {
 		opts.OnLink(link)
 	}

@@ -59,6 +59,9 @@ type Options struct {
 	ApprovalTTL, StallTimeout time.Duration
 	// Version is the version the control plane says it runs ("test").
 	Version string
+	// AgentUpgradeTimeout overrides how long an upgraded agent has to come
+	// back with the new version (10 min).
+	AgentUpgradeTimeout time.Duration
 	// Park shortens when the projections park an event they cannot handle.
 	Park eventstore.ParkPolicy
 	// AgentBinaries are the agent binaries served at /agent/v1/download/
@@ -94,7 +97,7 @@ func Start(t testing.TB, opts Options) *Server {
 	cfg := config.Config{
 		DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey, Listen: opts.Listen, LogLevel: "warn",
 		PublicURL: "http://127.0.0.1", InsecureRegistries: opts.Insecure,
-		ApprovalTTL: opts.ApprovalTTL, StallTimeout: opts.StallTimeout,
+		ApprovalTTL: opts.ApprovalTTL, StallTimeout: opts.StallTimeout, AgentUpgradeTimeout: opts.AgentUpgradeTimeout,
 	}
 	if !opts.PublicMetrics {
 		cfg.MetricsListen = "127.0.0.1:0"

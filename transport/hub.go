@@ -2,6 +2,8 @@ package transport
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +20,10 @@ type Peer struct {
 	ClusterID string
 	OrgID     string
 	Name      string
+	// Session tells one connection of the server from the next (set by
+	// the hub): a disconnect recorded late, after the server connected
+	// again, is not taken for the newer connection's end.
+	Session string
 }
 
 // Head is the latest revision of an environment.
@@ -137,6 +143,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := newConn(ws, h.cfg.ReadTimeout, h.cfg.PingEvery)
+	peer.Session = newSession()
 	ac := &agentConn{peer: &peer, c: c, auth: auth, sent: map[string]int{}, kick: make(chan struct{}, 1)}
 	h.mu.Lock()
 	h.pending[ac] = struct{}{}
@@ -179,11 +186,24 @@ func (h *Hub) serve(ac *agentConn) {
 	reason = h.readLoop(ctx, ac)
 	ac.c.close(websocket.ClosePolicyViolation, reason)
 	h.mu.Lock()
-	if h.conns[ac.peer.ServerID] == ac {
+	current := h.conns[ac.peer.ServerID] == ac
+	if current {
 		delete(h.conns, ac.peer.ServerID)
 	}
 	h.mu.Unlock()
-	h.reportDisconnect(ctx, ac, reason)
+	// A connection replaced by a newer one of the same server (an agent
+	// that restarted, after an upgrade say) is not a disconnect: reporting
+	// it after the newer one's hello would record the server offline.
+	if current {
+		h.reportDisconnect(ctx, ac, reason)
+	}
+}
+
+// newSession returns a random id for one connection.
+func newSession() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func (h *Hub) reportDisconnect(ctx context.Context, ac *agentConn, reason string) {
