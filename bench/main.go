@@ -259,5 +259,5 @@ const notes = `
   log). It counts events, snapshots, read models, indexes and dead rows, not WAL; reactions
   (the deployment streams) do not run. "events" is the bytes of the events' payloads alone.
   Each update records the variable, a release with that variable only and a revision with the
-  environment, the service's entry and the variable.
+  service's entry (its new release) and the variable.
 `

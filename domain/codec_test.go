@@ -151,6 +151,8 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Add("variables.set", 1, []byte(`{"environmentId":"e","variables":[{"name":"A","value":"${{ api.PORT }}"}]}`))
 	f.Add("changeset.opened", 1, []byte(`{"changeSetId":"c","environmentId":"e","description":"","changes":[{"deploy":{"image":"x"}}],"openedBy":"u"}`))
 	f.Add("revision.compiled", 1, []byte(`{"document":{"x":[1,2]}}`))
+	f.Add("revision.compiled", 2, []byte(`{"environmentId":"e","number":2,"hash":"h","base":1,"set":[{"key":"variable/s/A","value":{"name":"A"}}],"removed":["service/t"]}`))
+	f.Add("release.created", 2, []byte(`{"releaseId":"r","number":2,"base":1,"variables":[{"name":"A","value":"1"}],"removed":["B"],"reason":"variables"}`))
 	f.Fuzz(func(t *testing.T, typ string, version int, payload []byte) {
 		e, err := domain.Decode(typ, version, payload)
 		if err != nil {
