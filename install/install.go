@@ -74,6 +74,12 @@ const (
 	// HealthFile is where the agent in a pod keeps its health, which its
 	// probes read.
 	HealthFile = "/run/nebulactrl/health"
+	// PodBinary is the agent binary in a pod: on the pod volume its init
+	// container seeds from the image, where a self-upgrade replaces it.
+	PodBinary = "/agent-bin/nebulactrl-agent"
+	// PodStateDir holds the in-cluster agent's upgrade.json, on the same
+	// volume as its binary.
+	PodStateDir = "/agent-bin/state"
 	// ManagedByLabel marks what NebulaCtrl manages.
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	ManagedByValue = "nebulactrl"
@@ -163,7 +169,7 @@ func (o Options) data() map[string]any {
 		"CA": ca, "HasCA": o.CABundle != "",
 		"Plain": plain && !remote, "PlainRemote": remote,
 		"Namespace": AgentNamespace, "Build": BuildNamespace, "Name": AgentName, "WorkloadRole": WorkloadRole,
-		"JoinSecret": JoinSecret, "JoinKey": JoinSecretKey, "CAConfigMap": CAConfigMap, "HealthFile": HealthFile,
+		"JoinSecret": JoinSecret, "JoinKey": JoinSecretKey, "CAConfigMap": CAConfigMap, "HealthFile": HealthFile, "PodStateDir": PodStateDir,
 		"ManagedBy": ManagedByLabel, "ManagedByValue": ManagedByValue,
 		"SAUser":     "system:serviceaccount:" + AgentNamespace + ":" + AgentName,
 		"HostBinary": HostBinary, "HostBinaryDir": HostBinaryDir, "HostStateDir": HostStateDir,
@@ -400,7 +406,9 @@ data:
 # Two replicas with stable names: each is a server of the cluster. One holds
 # the Lease and reconciles; the other stays connected and stands by. The agent
 # binary runs from a pod volume seeded from the image, so a self-upgrade
-# survives a container restart while a recreated pod starts from the image.
+# survives a container restart while a recreated pod starts from the image
+# (and is upgraded again at its next connect); its upgrade.json is kept on
+# the same volume (--state-dir), with the same lifetime.
 # The join token is read only until the replica has its own credential: the
 # Secret may be deleted after both joined.
 apiVersion: apps/v1
@@ -460,6 +468,7 @@ spec:
         - --lease-name={{.Name}}
         - --workload-role={{.WorkloadRole}}
         - --health-file={{.HealthFile}}
+        - --state-dir={{.PodStateDir}}
 {{- if .HasCA}}
         - --ca-bundle=/etc/nebulactrl/ca/ca.pem
 {{- end}}

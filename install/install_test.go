@@ -48,6 +48,18 @@ func TestManifestDecodesIntoTheExpectedObjects(t *testing.T) {
 			require.Len(t, o.Spec.Template.Spec.InitContainers, 1, "an init container seeds the binary")
 			agent := o.Spec.Template.Spec.Containers[0]
 			require.Equal(t, "/agent-bin/nebulactrl-agent", agent.Command[0], "the agent runs from the pod volume")
+			require.Equal(t, install.PodBinary, agent.Command[0])
+			require.Contains(t, agent.Args, "--state-dir="+install.PodStateDir, "upgrade.json lives on the binary's volume")
+			seed := o.Spec.Template.Spec.InitContainers[0]
+			require.Equal(t, []string{"/nebulactrl-agent", "seed", install.PodBinary}, seed.Command, "the init container copies the image's binary to the volume")
+			var vol *corev1.Volume
+			for i := range o.Spec.Template.Spec.Volumes {
+				if o.Spec.Template.Spec.Volumes[i].Name == "agent-bin" {
+					vol = &o.Spec.Template.Spec.Volumes[i]
+				}
+			}
+			require.NotNil(t, vol)
+			require.NotNil(t, vol.EmptyDir, "the binary's volume lives as long as the pod: a container restart keeps an upgrade, a recreated pod starts from the image")
 			require.Contains(t, agent.Args, "--lease-name=nebulactrl-agent")
 			require.Contains(t, agent.Args, "--workload-role="+install.WorkloadRole)
 			require.Contains(t, agent.Args, "--ca-bundle=/etc/nebulactrl/ca/ca.pem")

@@ -69,6 +69,13 @@ const (
 	MaxBinary = 512 << 20
 )
 
+// FailpointEnv names a point of the upgrade at which the process stops and
+// waits to be killed: the tests that SIGKILL the agent at every step set it
+// (download: 1 MiB into the download; checksum, version, keep, replace:
+// after that step; report: after the result was sent). Unset, nothing
+// stops.
+const FailpointEnv = "NEBULACTRL_TEST_UPGRADE_STOP_AT"
+
 // ErrRestart is returned by Start when the process must exit at once for
 // its supervisor to start the binary at the path (a rollback was made).
 var ErrRestart = errors.New("the agent binary was rolled back: exit so that it restarts")
@@ -140,6 +147,7 @@ type Updater struct {
 	changed   chan struct{}
 	running   bool // an upgrade is under way
 	cannot    string
+	failpoint string
 }
 
 // New returns an updater; it reads nothing yet (Start does).
@@ -180,7 +188,7 @@ func New(cfg Config) (*Updater, error) {
 		return fmt.Errorf("the control plane redirects the download to %s: refused", r.URL.Redacted())
 	}
 	cfg.HTTP = &hc
-	u := &Updater{cfg: cfg, changed: make(chan struct{}, 1)}
+	u := &Updater{cfg: cfg, changed: make(chan struct{}, 1), failpoint: os.Getenv(FailpointEnv)}
 	if cfg.Binary == "" {
 		exe, err := os.Executable()
 		if err == nil {
@@ -507,6 +515,15 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// stop waits forever at the failpoint name, when the environment names it.
+func (u *Updater) stop(name string) {
+	if u.failpoint != name {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "selfupdate: stopped at failpoint %s\n", name)
+	select {}
+}
+
 // stepError is a failed step.
 type stepError struct {
 	step int
@@ -557,6 +574,7 @@ func (u *Updater) Upgrade(ctx context.Context, cmd transport.AgentUpgrade, repor
 	}
 	res.OK, res.Step = true, transport.UpgradeStepReplace
 	report(res)
+	u.stop("report")
 	// Step 6: the running work finishes first.
 	u.cfg.Logger.Info("agent binary replaced; restarting when the running work is done", "to", cmd.Version)
 	limit := u.cfg.Clock.After(u.cfg.DrainLimit)
@@ -638,6 +656,7 @@ func (u *Updater) replace(ctx context.Context, cmd transport.AgentUpgrade) error
 	if subtle.ConstantTimeCompare(sum, want) != 1 {
 		return fail(transport.UpgradeStepChecksum, "the download's SHA-256 is %x, the command says %s: deleted, nothing changed", sum, strings.ToLower(cmd.SHA256))
 	}
+	u.stop("checksum")
 	// Step 3: the new binary says its version.
 	if err := os.Chmod(name, 0o755); err != nil {
 		return fail(transport.UpgradeStepVersion, "making the download executable: %v", err)
@@ -649,6 +668,7 @@ func (u *Updater) replace(ctx context.Context, cmd transport.AgentUpgrade) error
 	if got != cmd.Version {
 		return fail(transport.UpgradeStepVersion, "the new binary says it is version %q, the command says %q", truncate(got, 80), cmd.Version)
 	}
+	u.stop("version")
 	// Step 4: keep the running binary, record the upgrade.
 	if err := u.keepPrev(); err != nil {
 		return fail(transport.UpgradeStepKeep, "keeping %s: %v", u.prev(), err)
@@ -662,6 +682,7 @@ func (u *Updater) replace(ctx context.Context, cmd transport.AgentUpgrade) error
 	if err != nil {
 		return fail(transport.UpgradeStepKeep, "writing %s: %v", u.recordPath(), err)
 	}
+	u.stop("keep")
 	// Step 5: one atomic rename.
 	if err := os.Rename(name, u.cfg.Binary); err != nil {
 		u.mu.Lock()
@@ -674,6 +695,7 @@ func (u *Updater) replace(ctx context.Context, cmd transport.AgentUpgrade) error
 	if err := syncDir(dir); err != nil {
 		u.cfg.Logger.Warn("syncing the binary's directory", "err", err)
 	}
+	u.stop("replace")
 	return nil
 }
 
@@ -707,7 +729,17 @@ func (u *Updater) download(ctx context.Context, f *os.File) ([]byte, error) {
 		return nil, fail(transport.UpgradeStepDownload, "downloading %s: %s", url, resp.Status)
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(resp.Body, MaxBinary+1))
+	w := io.MultiWriter(f, h)
+	body := io.LimitReader(resp.Body, MaxBinary+1)
+	var n0 int64
+	if u.failpoint == "download" {
+		var err error
+		if n0, err = io.CopyN(w, body, 1<<20); err == nil && f.Sync() == nil {
+			u.stop("download")
+		}
+	}
+	n, err := io.Copy(w, body)
+	n += n0
 	if err != nil {
 		return nil, fail(transport.UpgradeStepDownload, "downloading %s: %v after %d bytes", url, err, n)
 	}

@@ -61,6 +61,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Description: `The agent connects out to the control plane (no inbound port), registers once
 with the cluster's join token and keeps its own credential afterwards.
 
+It upgrades itself when the control plane asks: it downloads the control plane's agent binary,
+checks its SHA-256 and --version, keeps the running one as <binary>.prev, replaces its binary and
+exits for systemd (Restart=always) or the pod to start the new one. A new binary that does not
+stay connected is rolled back. Its last upgrade is recorded in --state-dir/upgrade.json.
+
 Example (in a cluster, as the install manifest runs it):
    nebulactrl-agent --url https://nebula.example.com --join-token-file /etc/nebulactrl/join-token \
      --credential-secret nebulactrl-agent-0 --lease-name nebulactrl-agent`,
