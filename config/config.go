@@ -68,7 +68,7 @@ const (
 // checks.
 var Names = []string{EnvDatabaseURL, EnvSecretKey, EnvPublicURL, EnvListen, EnvDataDir, EnvLogLevel, EnvLogFormat,
 	EnvMetricsListen, EnvTLSCert, EnvTLSKey, EnvInsecureRegistries, EnvAllowedRegistries, EnvRegistryDenyPrivate,
-	EnvRegistryAuthFile, EnvRegistryAuth, EnvApprovalTTL, EnvStallTimeout}
+	EnvRegistryAuthFile, EnvRegistryAuth, EnvApprovalTTL, EnvStallTimeout, EnvAgentUpgradeTimeout}
 
 // Config is the control plane's configuration.
 type Config struct {
