@@ -341,7 +341,8 @@ func progressDeadline(secs int) string {
 }
 
 func serviceCommand() *cli.Command {
-	return group("service", "create, change, list and delete services; resume their automatic deploys",
+	return group("service", "create, change, scale, list and delete services; resume their automatic deploys",
+		serviceScaleSpec().command(),
 		spec{
 			name: "create", usage: "create a service from an image or a Git branch", argsUsage: shapeService,
 			description: `Creates a service of a project, in every environment of it. It runs one "web"
