@@ -27,7 +27,7 @@ const exitBackupFailed = 3
 
 // serverCommands are what nebulactrl-server offers.
 func serverCommands() []*cli.Command {
-	return []*cli.Command{serveCommand(), preUpgradeBackupCommand(), backupCommand(), auditCommand()}
+	return []*cli.Command{serveCommand(), preUpgradeBackupCommand(), backupCommand(), auditCommand(), healthcheckCommand()}
 }
 
 // serverApp turns the app into nebulactrl-server when the binary was invoked
@@ -38,7 +38,7 @@ func serverApp(app *cli.App, argv0 string) {
 		return
 	}
 	app.Name = serverName
-	app.Usage = "the NebulaCtrl control plane: serve, pre-upgrade-backup, backup restore, audit replay"
+	app.Usage = "the NebulaCtrl control plane: serve, pre-upgrade-backup, backup restore, audit replay, healthcheck"
 	app.Commands = serverCommands()
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/backup"
 	"github.com/nebulactrl/nebulactrl/config"
 	"github.com/nebulactrl/nebulactrl/pgtest"
+	"github.com/nebulactrl/nebulactrl/servertest"
 )
 
 // runAs runs the binary as argv0 with args and returns its error and output.
@@ -122,4 +124,17 @@ func emptyDatabase(t *testing.T, base string) string {
 	require.NoError(t, err)
 	u.Path = "/" + name
 	return u.String()
+}
+
+// The container's health check asks /readyz of the control plane on
+// NEBULACTRL_LISTEN: ready while it serves, not once it stopped.
+func TestHealthcheckCommand(t *testing.T) {
+	srv := servertest.Start(t, servertest.Options{})
+	t.Setenv(config.EnvListen, "0.0.0.0:"+srv.URL[strings.LastIndex(srv.URL, ":")+1:])
+	err, out, _ := runAs(t, "/usr/local/bin/nebulactrl-server", "healthcheck")
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", out)
+	srv.Stop()
+	err, _, _ = runAs(t, "/usr/local/bin/nebulactrl-server", "healthcheck", "--timeout", "2s")
+	require.ErrorContains(t, err, "not ready")
 }
