@@ -183,6 +183,8 @@ func TestReadmeQuickStart(t *testing.T) {
 
 	// A restart: the hint is gone now that a user exists.
 	srv.stop(t)
+	require.Regexp(t, `msg=request method=GET route="GET /agent/v1/connect" status=101 duration_ms=[0-9.]+ request_id=\S+ principal=[0-9a-f-]{36}`, srv.output(),
+		"the agent's connection has its access-log line, naming its server")
 	srv = startServe(t, bin, envFile, serveEnv)
 	srv.waitFor(t, "NebulaCtrl is running at")
 	time.Sleep(200 * time.Millisecond)

@@ -204,7 +204,15 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		return err
 	}
 	hub, err := transport.NewHub(hubCtx, transport.HubConfig{
-		Authenticate: link.Authenticate, Heads: link.Heads, Fetch: link.Fetch,
+		// The access log names the server an agent's connection belongs to.
+		Authenticate: func(r *http.Request) (transport.Peer, error) {
+			p, err := link.Authenticate(r)
+			if err == nil {
+				api.NotePrincipal(r.Context(), p.ServerID)
+			}
+			return p, err
+		},
+		Heads: link.Heads, Fetch: link.Fetch,
 		OnHello: link.OnHello, OnHeartbeat: link.OnHeartbeat, OnAck: link.OnAck, OnDisconnect: link.OnDisconnect,
 		OnStatus: link.OnStatus, OnLogs: link.OnLogs, OnStage: link.OnStage, OnUpgradeResult: link.UpgradeResult,
 		Logger: log,
