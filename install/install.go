@@ -48,6 +48,9 @@ type Options struct {
 	// Image is the agent's container image, with an explicit tag or digest
 	// (never latest).
 	Image string
+	// Version is the control plane's version, which its agents run: the
+	// host unit names it and its image ("" leaves that line out).
+	Version string
 	// CABundle (PEM) is trusted besides the system roots.
 	CABundle string
 	// Cluster names the cluster, for the reader of the manifest.
@@ -173,6 +176,7 @@ func (o Options) data() map[string]any {
 		"ManagedBy": ManagedByLabel, "ManagedByValue": ManagedByValue,
 		"SAUser":     "system:serviceaccount:" + AgentNamespace + ":" + AgentName,
 		"HostBinary": HostBinary, "HostBinaryDir": HostBinaryDir, "HostStateDir": HostStateDir,
+		"Version": o.Version, "HostImage": DefaultImage(o.Version),
 	}
 }
 
@@ -541,6 +545,12 @@ spec:
 `))
 
 var unitTmpl = template.Must(template.New("unit").Parse(`# /etc/systemd/system/nebulactrl-agent.service
+{{- if .Version}}
+# NebulaCtrl agent {{.Version}}, the version of the control plane at {{.URL}}
+{{- if .HostImage}}
+# (the binary is /nebulactrl-agent in the image {{.HostImage}})
+{{- end}}; it upgrades itself when the control plane does.
+{{- end}}
 # The agent binary goes in {{.HostBinaryDir}}/, a directory of its own: the
 # agent may write there (to replace itself) and in {{.HostStateDir}},
 # and nowhere else.

@@ -86,6 +86,13 @@ Example:
 					return err
 				}
 			}
+			if x.Bool("host") {
+				// The unit names the version (and image) the agents run;
+				// without an answer it leaves that line out.
+				if v, err := controlPlaneVersion(x.Context.Context, cl.URL()); err == nil {
+					opts.Version = v
+				}
+			}
 			render := func() error {
 				if x.Bool("host") {
 					unit, env, err := install.SystemdUnit(opts)
