@@ -112,7 +112,7 @@ func TestOperationsDocCommands(t *testing.T) {
 
 	keyBlocks := shBlocks(section(t, ops, "## The master key"))
 	require.Len(t, keyBlocks, 1)
-	out, err := exec.Command("bash", "-o", "pipefail", "-c", keyBlocks[0]).Output()
+	out, err := exec.Command("bash", "-e", "-o", "pipefail", "-c", keyBlocks[0]).Output()
 	require.NoError(t, err)
 	_, err = seal.ParseMasterKey(strings.TrimSpace(string(out)))
 	require.NoError(t, err, "the documented command makes a master key the control plane accepts")
@@ -124,7 +124,9 @@ func TestOperationsDocCommands(t *testing.T) {
 
 	bin := filepath.Join(t.TempDir(), "bin")
 	build(t, bin, "nebula")
-	s := servertest.Start(t, servertest.Options{PublicMetrics: true})
+	// A release, as operators run (a build from source needs --image on
+	// nebula cluster manifest: the README's quick start says so).
+	s := servertest.Start(t, servertest.Options{PublicMetrics: true, Version: "1.0.0"})
 	root := s.Setup(t, "root@example.com", "acme")
 	pool, err := pgxpool.New(context.Background(), s.DatabaseURL)
 	require.NoError(t, err)
@@ -135,7 +137,7 @@ func TestOperationsDocCommands(t *testing.T) {
 		VALUES (gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'succeeded', '', now(), now(), 'test')`)
 	require.NoError(t, err)
 
-	cmd := exec.Command("bash", "-o", "pipefail", "-c", blocks[0])
+	cmd := exec.Command("bash", "-e", "-o", "pipefail", "-c", blocks[0])
 	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "HOME=" + t.TempDir(), "NEBULACTRL_URL=" + s.URL, "NEBULACTRL_TOKEN=" + root}
 	out, err = cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -162,4 +164,22 @@ func TestOperationsDocCommands(t *testing.T) {
 	for _, m := range documented {
 		require.True(t, served[m[1]], "docs/operations.md lists %s, which /metrics does not serve", m[1])
 	}
+
+	// Connecting a cluster over the internet: the manifest names the public
+	// URL, over TLS, with nothing insecure in it. kubectl is a stand-in
+	// here that keeps what it is given (the quick-start test applies the
+	// manifest with the real kubectl).
+	connect := shBlocks(section(t, ops, "## Connecting a cluster over the internet"))
+	require.Len(t, connect, 1)
+	applied := filepath.Join(t.TempDir(), "applied.yaml")
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "kubectl"), []byte("#!/bin/sh\ncat > "+applied+"\n"), 0o755))
+	cmd = exec.Command("bash", "-e", "-o", "pipefail", "-c", connect[0])
+	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "HOME=" + t.TempDir(), "NEBULACTRL_URL=" + s.URL, "NEBULACTRL_TOKEN=" + root}
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	manifest, err := os.ReadFile(applied)
+	require.NoError(t, err)
+	require.Contains(t, string(manifest), "--url=https://nebula.example.com")
+	require.NotContains(t, string(manifest), "insecure")
+	require.Regexp(t, `(?m)^eu-1\s+Disconnected`, string(out), "cluster list shows the new cluster, not connected yet")
 }
