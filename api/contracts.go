@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -131,9 +132,16 @@ func ifMatch(r *http.Request, stream string) (int, error) {
 	return best, nil
 }
 
+// tagWait bounds how long a read waits for the projections to pass its
+// resource's last change before it answers without an ETag.
+const tagWait = 2 * time.Second
+
 // streamVersion returns a stream's version once the projections have
 // handled its last event: a body read after it shows that version or a
-// later one, so the ETag never claims more than the client saw.
+// later one, so the ETag never claims more than the client saw. When the
+// projections do not get there within tagWait (they are stuck, or far
+// behind), it returns 0: the read is answered as it stands, without an
+// ETag, rather than refused.
 func (a *API) streamVersion(ctx context.Context, stream string) (int, error) {
 	v, err := eventstore.StreamVersion(ctx, a.pool, stream)
 	if err != nil || v == 0 {
@@ -146,13 +154,13 @@ func (a *API) streamVersion(ctx context.Context, stream string) (int, error) {
 	if len(last) == 0 {
 		return v, nil
 	}
-	wait, cancel := context.WithTimeout(ctx, a.cfg.ConsistencyTimeout)
+	wait, cancel := context.WithTimeout(ctx, min(tagWait, a.cfg.ConsistencyTimeout))
 	defer cancel()
 	if err := projections.WaitFor(wait, a.pool, last[len(last)-1].Cursor(), a.cfg.Changed); err != nil {
 		if ctx.Err() != nil {
 			return 0, err
 		}
-		return 0, errorf(http.StatusServiceUnavailable, "projections_behind", "the projections are behind the resource's last change; try again shortly")
+		return 0, nil
 	}
 	return v, nil
 }
@@ -441,7 +449,7 @@ func errorDescription(rt route, status int) string {
 		if rt.method != http.MethodGet {
 			return "database_unavailable, or projections_behind: the change was recorded but reads do not show it yet"
 		}
-		return "database_unavailable, or projections_behind (the resource's last change is not readable yet)"
+		return "database_unavailable"
 	}
 	return http.StatusText(status)
 }

@@ -7,8 +7,10 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/query"
@@ -358,4 +360,39 @@ func TestDocumentedContracts(t *testing.T) {
 
 func stringsHasSuffix(s, suffix string) bool {
 	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
+}
+
+// A read whose resource's last change the projections have not handled (they
+// are stuck at it) is answered as it stands, without an ETag, within a few
+// seconds: not refused, and not tagged with a version the body lacks.
+func TestReadWithoutETagWhileTheProjectionsAreBehind(t *testing.T) {
+	t.Parallel()
+	s := servertest.Start(t, servertest.Options{})
+	c := newClient(t, s)
+	root := s.Setup(t, "root@example.com", "acme")
+	var org query.Organisation
+	read := c.do("GET", "/api/v1/orgs/acme", root, nil)
+	read.json(t, &org)
+	tag := read.header.Get("ETag")
+	require.Regexp(t, `^"org-`+org.ID+`\.\d+"$`, tag)
+	v, err := strconv.Atoi(tag[len(`"org-`+org.ID+`.`) : len(tag)-1])
+	require.NoError(t, err)
+
+	pool, err := pgxpool.New(t.Context(), s.DatabaseURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	// An event of the organisation's stream that no projection can handle.
+	_, err = pool.Exec(t.Context(), `INSERT INTO events (stream_id, stream_version, org_id, event_type, schema_version, payload,
+		actor_kind, actor_id, actor_name, request_id, occurred_at)
+		VALUES ($1, $2, $3, 'mystery.happened', 1, '{}', 'system', 'test', 'test', 'r', now())`, "org-"+org.ID, v+1, org.ID)
+	require.NoError(t, err)
+
+	start := time.Now()
+	after := c.do("GET", "/api/v1/orgs/acme", root, nil)
+	require.Equal(t, 200, after.status, string(after.body))
+	require.Less(t, time.Since(start), 8*time.Second)
+	require.Empty(t, after.header.Get("ETag"), "no tag of a version the read model does not show")
+	var same query.Organisation
+	after.json(t, &same)
+	require.Equal(t, org.ID, same.ID)
 }
