@@ -90,7 +90,7 @@ func generate(n int) [][]any {
 	}
 	// Revisions record what changed (revision.compiled, schema 2): the first
 	// of an environment every object of the document, the next ones the
-	// environment, the service and the variable that changed.
+	// service (its new release) and the variable that changed.
 	objs, err := projections.SplitDocument(compiler.Compile(snap))
 	if err != nil {
 		panic(err)
@@ -127,7 +127,7 @@ func generate(n int) [][]any {
 		rc := domain.RevisionCompiled{EnvironmentID: env.id, ProjectID: gp.id, Number: g.versions[rs] + 1, Hash: fmt.Sprintf("sha256:%064x", i), Set: whole}
 		if rc.Number > 1 {
 			rc.Base = rc.Number - 1
-			rc.Set = []domain.RevisionObject{{Key: "environment", Value: objs["environment"]}, {Key: shellKey, Value: objs[shellKey]},
+			rc.Set = []domain.RevisionObject{{Key: shellKey, Value: objs[shellKey]},
 				{Key: varKey, Value: json.RawMessage(fmt.Sprintf(`{"name":"LOG_LEVEL","value":"v%d"}`, i))}}
 		}
 		g.add(rs, gp.org, system, rc)

@@ -28,6 +28,8 @@ const releaseVariablesTable = "release_variables"
 // release of each service in each environment, and change sets.
 type history struct {
 	releases, deployments, stages, current, pauses, changesets *table
+	// variables keeps the variables of every release as versioned rows.
+	variables *versioned
 }
 
 func newHistory() *history {
@@ -44,6 +46,8 @@ func newHistory() *history {
 		pauses:  newTable("deploy_pauses", 2, "environment_id uuid", "service_id uuid", "org_id uuid", "paused_at timestamptz", "paused_by text", "reason text"),
 		changesets: newTable("changesets", 1, "id uuid", "org_id uuid", "project_id uuid", "environment_id uuid", "status text",
 			"description text", "changes jsonb", "opened_by text", "opened_at timestamptz", "decided_by text", "decided_at timestamptz", "version integer"),
+		variables: newVersioned(releaseVariablesTable, []string{"environment_id uuid", "service_id uuid"}, "name",
+			[]string{"org_id uuid", "value text", "secret jsonb"}),
 	}
 }
 
@@ -58,14 +62,12 @@ func (h *history) Tables() []string {
 	for _, t := range h.all() {
 		names = append(names, t.name)
 	}
-	return append(names, releaseVariablesTable)
+	return append(names, h.variables.name)
 }
 
 func actorLabel(a domain.Actor) string { return string(a.Kind) + ":" + a.Name }
 
 func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
-	// Variable rows are closed and added in event order, in one round trip.
-	vars := &pgx.Batch{}
 	for _, e := range batch {
 		at := e.OccurredAt
 		_, streamID := domain.StreamID(e.StreamID)
@@ -77,7 +79,7 @@ func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error
 		case domain.ReleaseCreated:
 			cfg := mustJSON(ReleaseConfig{Processes: d.Processes})
 			h.releases.upsert(d.ReleaseID, org, streamID, d.EnvironmentID, d.ServiceID, d.Number, d.Image, cfg, d.Reason, at, actorLabel(e.Actor))
-			queueReleaseVariables(vars, org, d)
+			h.releaseVariables(org, d)
 		case domain.DeploymentRequested:
 			h.deployments.upsert(d.DeploymentID, org, streamID, d.EnvironmentID, d.ServiceID, d.ReleaseID, string(domain.StatusRequested), "",
 				at, at, actorLabel(e.Actor), e.Position, d.Rollback, 0, 0, 0, "", nil, nil, nil)
@@ -102,10 +104,6 @@ func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error
 			if err := flush(ctx, tx, h.all()...); err != nil {
 				return err
 			}
-			if err := sendBatch(ctx, tx, vars); err != nil {
-				return err
-			}
-			vars = &pgx.Batch{}
 			if err := revertCurrent(ctx, tx, d.DeploymentID); err != nil {
 				return err
 			}
@@ -133,57 +131,33 @@ func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error
 			h.changesets.update([]any{d.ChangeSetID}, map[string]any{"status": "expired", "decided_by": "", "decided_at": at})
 		}
 	}
-	if err := sendBatch(ctx, tx, vars); err != nil {
+	if err := h.variables.flush(ctx, tx); err != nil {
 		return err
 	}
 	return flush(ctx, tx, h.all()...)
 }
 
-// queueReleaseVariables records a release's variables: the rows of the names
-// it sets or removes (all, for a whole set) are closed at its number, and
-// its new or changed variables get rows from its number on.
-func queueReleaseVariables(b *pgx.Batch, org any, d domain.ReleaseCreated) {
+// releaseVariables records a release's variables: the rows of the names it
+// sets or removes (all, for a whole set) are closed at its number, and its
+// new or changed variables get rows from its number on.
+func (h *history) releaseVariables(org any, d domain.ReleaseCreated) {
+	scope := []any{d.EnvironmentID, d.ServiceID}
 	if d.Base == 0 {
-		b.Queue(`UPDATE release_variables SET to_number = $3 WHERE environment_id = $1 AND service_id = $2 AND to_number IS NULL`,
-			d.EnvironmentID, d.ServiceID, d.Number)
+		h.variables.closeScope(scope, d.Number)
 	} else {
 		names := make([]string, 0, len(d.Variables)+len(d.Removed))
 		for _, v := range d.Variables {
 			names = append(names, v.Name)
 		}
-		names = append(names, d.Removed...)
-		if len(names) > 0 {
-			b.Queue(`UPDATE release_variables SET to_number = $3 WHERE environment_id = $1 AND service_id = $2 AND to_number IS NULL
-				AND name = ANY($4)`, d.EnvironmentID, d.ServiceID, d.Number, names)
-		}
+		h.variables.closeKeys(scope, append(names, d.Removed...), d.Number)
 	}
-	if len(d.Variables) == 0 {
-		return
-	}
-	names := make([]string, len(d.Variables))
-	values := make([]string, len(d.Variables))
-	secrets := make([]*string, len(d.Variables))
-	for i, v := range d.Variables {
-		names[i], values[i] = v.Name, v.Value
+	for _, v := range d.Variables {
+		var secret any
 		if v.Secret != nil {
-			s := mustJSON(v.Secret)
-			secrets[i] = &s
+			secret = mustJSON(v.Secret)
 		}
+		h.variables.add(scope, v.Name, d.Number, org, v.Value, secret)
 	}
-	b.Queue(`INSERT INTO release_variables (environment_id, service_id, name, from_number, org_id, to_number, value, secret)
-		SELECT $1::uuid, $2::uuid, n, $3::integer, $4::uuid, NULL, v, s::jsonb FROM unnest($5::text[], $6::text[], $7::text[]) AS x(n, v, s)`,
-		d.EnvironmentID, d.ServiceID, d.Number, org, names, values, secrets)
-}
-
-// sendBatch runs the queued statements, in order.
-func sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
-	if b.Len() == 0 {
-		return nil
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("recording release variables: %w", err)
-	}
-	return nil
 }
 
 // ReleaseVariables returns the whole variable set of release number of a
@@ -234,46 +208,45 @@ func revertCurrent(ctx context.Context, tx pgx.Tx, failed string) error {
 // (revision_objects, valid from revision from_number until to_number,
 // exclusive), so a revision adds rows for what changed only and any revision
 // can be rebuilt (DocumentAt).
-type revisions struct{ t *table }
+type revisions struct {
+	t       *table
+	objects *versioned
+}
 
 func newRevisions() *revisions {
-	return &revisions{t: newInsertOnlyTable("revisions", 2, "environment_id uuid", "number integer", "org_id uuid", "hash text", "compiled_at timestamptz")}
+	return &revisions{
+		t:       newInsertOnlyTable("revisions", 2, "environment_id uuid", "number integer", "org_id uuid", "hash text", "compiled_at timestamptz"),
+		objects: newVersioned("revision_objects", []string{"environment_id uuid"}, "key", []string{"org_id uuid", "value jsonb"}),
+	}
 }
 
 func (r *revisions) Name() string     { return "revisions" }
-func (r *revisions) Tables() []string { return []string{r.t.name, "revision_objects"} }
+func (r *revisions) Tables() []string { return []string{r.t.name, r.objects.name} }
 
 func (r *revisions) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
-	objs := &pgx.Batch{}
 	for _, e := range batch {
 		if d, ok := e.Data.(domain.RevisionCompiled); ok {
 			r.t.upsert(d.EnvironmentID, d.Number, nullable(e.OrgID), d.Hash, e.OccurredAt)
-			if err := queueRevisionObjects(objs, nullable(e.OrgID), d); err != nil {
+			if err := r.revisionObjects(nullable(e.OrgID), d); err != nil {
 				return err
 			}
 		}
 	}
-	if objs.Len() > 0 {
-		if err := tx.SendBatch(ctx, objs).Close(); err != nil {
-			return fmt.Errorf("recording revision objects: %w", err)
-		}
+	if err := r.objects.flush(ctx, tx); err != nil {
+		return err
 	}
 	return flush(ctx, tx, r.t)
 }
 
-// queueRevisionObjects closes the rows of the objects a revision changes or
-// removes (every row, for a whole document) and adds rows for the objects it
-// sets.
-func queueRevisionObjects(b *pgx.Batch, org any, d domain.RevisionCompiled) error {
-	set, removed := d.Set, d.Removed
-	if d.Whole() || d.Base == 0 {
-		b.Queue(`UPDATE revision_objects SET to_number = $2 WHERE environment_id = $1 AND to_number IS NULL`, d.EnvironmentID, d.Number)
-	}
+// revisionObjects closes the rows of the objects a revision changes or
+// removes (every row, for a whole document or Base 0) and adds rows for the
+// objects it sets.
+func (r *revisions) revisionObjects(org any, d domain.RevisionCompiled) error {
+	scope := []any{d.EnvironmentID}
+	set := d.Set
 	if d.Whole() {
 		doc, err := desiredstate.Decode(d.Document)
 		if err != nil {
-			// The document was checked when it was compiled; one that
-			// cannot be read now is kept as the event has it.
 			return fmt.Errorf("revision %d of %s: %w", d.Number, d.EnvironmentID, err)
 		}
 		objs, err := SplitDocument(doc)
@@ -284,27 +257,18 @@ func queueRevisionObjects(b *pgx.Batch, org any, d domain.RevisionCompiled) erro
 		for _, k := range sortedKeys(objs) {
 			set = append(set, domain.RevisionObject{Key: k, Value: objs[k]})
 		}
-	} else if d.Base > 0 {
-		keys := make([]string, 0, len(set)+len(removed))
+	}
+	if d.Whole() || d.Base == 0 {
+		r.objects.closeScope(scope, d.Number)
+	} else {
+		keys := make([]string, 0, len(set)+len(d.Removed))
 		for _, o := range set {
 			keys = append(keys, o.Key)
 		}
-		keys = append(keys, removed...)
-		if len(keys) > 0 {
-			b.Queue(`UPDATE revision_objects SET to_number = $2 WHERE environment_id = $1 AND to_number IS NULL AND key = ANY($3)`,
-				d.EnvironmentID, d.Number, keys)
-		}
+		r.objects.closeKeys(scope, append(keys, d.Removed...), d.Number)
 	}
-	if len(set) == 0 {
-		return nil
+	for _, o := range set {
+		r.objects.add(scope, o.Key, d.Number, org, string(o.Value))
 	}
-	keys := make([]string, len(set))
-	values := make([]string, len(set))
-	for i, o := range set {
-		keys[i], values[i] = o.Key, string(o.Value)
-	}
-	b.Queue(`INSERT INTO revision_objects (environment_id, key, from_number, org_id, to_number, value)
-		SELECT $1::uuid, k, $2::integer, $3::uuid, NULL, v::jsonb FROM unnest($4::text[], $5::text[]) AS x(k, v)`,
-		d.EnvironmentID, d.Number, org, keys, values)
 	return nil
 }
