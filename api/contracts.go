@@ -220,8 +220,9 @@ func locationOfReplay(r *http.Request, rt route, body []byte) string {
 
 // --- Pagination ------------------------------------------------------------
 
-// Page is one page of a list: its items and, when there are more, the
-// cursor of the next page (pass it as ?cursor=, with the same filters).
+// Page is one page of a list, for Go programs that read the API: its items
+// and, when there are more, the cursor of the next page (pass it as
+// ?cursor=, with the same filters).
 type Page[T any] struct {
 	Items []T `json:"items"`
 	// Next is absent on the last page.
@@ -238,8 +239,8 @@ func isList(rt route) bool {
 	return rt.response != nil && reflect.TypeOf(rt.response).Kind() == reflect.Slice
 }
 
-// pageSchema is the document's type of a list route's answer: Page of the
-// list's element type, named after it (ProjectPage, ...).
+// pageSchema is a zero page of a list's element type: {"items": [...],
+// "next": "<cursor of the next page, absent on the last>"}.
 func pageSchema(list any) any {
 	elem := reflect.TypeOf(list).Elem()
 	page := reflect.StructOf([]reflect.StructField{
