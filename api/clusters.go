@@ -176,7 +176,7 @@ func (a *API) revokeJoinToken(w http.ResponseWriter, r *http.Request, c *call) (
 
 func (a *API) listServers(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	s, err := query.Servers(r.Context(), a.pool, c.cluster.ID)
-	return http.StatusOK, s, err
+	return http.StatusOK, query.WithSkew(s, a.cfg.Version), err
 }
 
 func (a *API) nodes(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {

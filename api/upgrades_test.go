@@ -498,15 +498,56 @@ func TestAgentUpgradeTimeoutAndRollback(t *testing.T) {
 	}, 20*time.Second, 100*time.Millisecond)
 	require.Equal(t, "The agent rolled the upgrade back: crash loop: 3 starts without staying connected", w.server(t, "edge").LastUpgrade.Message)
 
+	requireCode(t, w.upgrade(t, a, false), http.StatusConflict, "rolled_back_recently")
+
+	// Not installed again automatically for 24 hours. The session would
+	// expire over a day of the injected clock: a token does not.
+	r = w.c.do("POST", "/api/v1/tokens", w.root, map[string]any{"name": "upgrades", "scopes": []string{"instance:admin", "servers:write", "audit:read"}})
+	require.Equal(t, http.StatusCreated, r.status, string(r.body))
+	var tok api.CreatedToken
+	r.json(t, &tok)
+	w.root = tok.Secret
+	w.autoUpgrade(t, true)
 	a.mu.Lock()
 	a.behaviour = upgradeSucceeds
 	a.mu.Unlock()
+	a.restartAs("1.4.0", a.facts)
+	// A server that joins afterwards is upgraded automatically: the
+	// reactions handled edge's connect before its.
+	probe := joinAgent(t, w.srv, w.join, "probe", "1.4.0", yes(), upgradeSucceeds)
+	w.waitAudit(t, "server.agent.upgraded", "/probe")
+	require.Len(t, probe.upgrades(), 1)
+	require.Len(t, a.upgrades(), 1, "the rolled-back version is not sent again")
+	require.NotContains(t, actions(w.audit(t), "/edge"), "server.agent.upgrade.auto")
+
+	w.clock.Advance(25 * time.Hour)
+	a.restartAs("1.4.0", a.facts)
+	w.waitAudit(t, "server.agent.upgrade.auto", "/edge")
+	w.waitAudit(t, "server.agent.upgraded", "/edge")
+	require.Len(t, a.upgrades(), 2)
+	require.Equal(t, "succeeded", w.server(t, "edge").LastUpgrade.State)
+}
+
+// force installs a version the agent rolled back in the last 24 hours.
+func TestAgentUpgradeForceAfterARollback(t *testing.T) {
+	w := newUpgradeWorld(t, true)
+	w.autoUpgrade(t, false)
+	a := joinAgent(t, w.srv, w.join, "edge", "1.4.0", yes(), upgradeRollback)
+	r := w.upgrade(t, a, false)
+	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
+	failed := w.waitAudit(t, "server.agent.upgrade.failed", "/edge")
+	require.Contains(t, failed.Detail, "The agent rolled the upgrade back: crash loop")
+	require.Equal(t, "rolled_back", w.server(t, "edge").LastUpgrade.State)
 	requireCode(t, w.upgrade(t, a, false), http.StatusConflict, "rolled_back_recently")
+	a.mu.Lock()
+	a.behaviour = upgradeSucceeds
+	a.mu.Unlock()
 	r = w.upgrade(t, a, true)
 	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
 	w.waitAudit(t, "server.agent.upgraded", "/edge")
 	ups := a.upgrades()
 	require.Len(t, ups, 2)
+	require.False(t, ups[0].Force)
 	require.True(t, ups[1].Force, "force travels to the agent, which would refuse the version otherwise")
 	require.Equal(t, "succeeded", w.server(t, "edge").LastUpgrade.State)
 }

@@ -42,6 +42,11 @@ type Server struct {
 	Version         string     `json:"version"`
 	Connected       bool       `json:"connected"`
 	LastHeartbeatAt *time.Time `json:"lastHeartbeatAt"`
+	// Skew, CannotUpgrade and LastUpgrade: see ServerUpgrade (upgrades.go);
+	// Skew is filled by WithSkew.
+	Skew          string       `json:"skew"`
+	CannotUpgrade string       `json:"cannotUpgrade"`
+	LastUpgrade   *LastUpgrade `json:"lastUpgrade,omitempty"`
 }
 
 const clusterColumns = `c.id::text, c.org_id::text, c.name, c.created_at,
@@ -94,10 +99,16 @@ func Servers(ctx context.Context, q eventstore.Querier, clusterID string) ([]Ser
 	}
 	return list(ctx, q, "servers of cluster "+clusterID, func(row pgx.Row) (Server, error) {
 		var s Server
-		err := row.Scan(&s.ID, &s.ClusterID, &s.Name, &s.RegisteredAt, &s.RevokedAt, &s.Version, &s.Connected, &s.LastHeartbeatAt)
+		var last []byte
+		err := row.Scan(&s.ID, &s.ClusterID, &s.Name, &s.RegisteredAt, &s.RevokedAt, &s.Version, &s.Connected, &s.LastHeartbeatAt,
+			&s.CannotUpgrade, &last)
+		if err == nil {
+			s.LastUpgrade, err = decodeLastUpgrade(last)
+		}
 		return s, err
 	}, `SELECT v.id::text, v.cluster_id::text, v.name, v.registered_at, v.revoked_at,
-	           coalesce(s.version, ''), coalesce(s.connected, false), s.last_heartbeat_at
+	           coalesce(s.version, ''), coalesce(s.connected, false), s.last_heartbeat_at,
+	           coalesce(v.cannot_upgrade, ''), v.last_upgrade
 	      FROM servers v LEFT JOIN server_status s ON s.server_id = v.id
 	     WHERE v.cluster_id = $1 ORDER BY v.revoked_at IS NOT NULL, v.name, v.id`, clusterID)
 }

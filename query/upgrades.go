@@ -142,3 +142,12 @@ func LastUpgrades(ctx context.Context, q eventstore.Querier, clusterID string) (
 	}
 	return out, rows.Err()
 }
+
+// WithSkew fills each server's version skew against the control plane's
+// version.
+func WithSkew(ss []Server, controlPlane string) []Server {
+	for i := range ss {
+		ss[i].Skew = Skew(ss[i].Version, controlPlane)
+	}
+	return ss
+}

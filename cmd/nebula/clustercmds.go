@@ -167,9 +167,9 @@ Example:
 func (x *cmdCtx) serverTable(ss []serverView) {
 	var rows [][]string
 	for _, s := range ss {
-		rows = append(rows, []string{s.ID, s.Name, s.State, cell(s.Version), whenPtr(s.LastHeartbeatAt), when(s.RegisteredAt)})
+		rows = append(rows, []string{s.ID, s.Name, s.State, cell(s.Version), cell(s.Skew), lastUpgradeCell(s.LastUpgrade), whenPtr(s.LastHeartbeatAt), when(s.RegisteredAt)})
 	}
-	x.table("ID\tNAME\tSTATE\tVERSION\tLAST HEARTBEAT\tREGISTERED", rows)
+	x.table("ID\tNAME\tSTATE\tVERSION\tSKEW\tLAST UPGRADE\tLAST HEARTBEAT\tREGISTERED", rows)
 }
 
 func clusterDeleteCommand() *cli.Command {
@@ -206,12 +206,16 @@ Example:
 // serverCommand is nebula server: the servers (agent installations) of a
 // cluster.
 func serverCommand() *cli.Command {
-	return group("server", "list a cluster's servers (agent installations) and revoke them",
+	return group("server", "list a cluster's servers (agent installations), upgrade their agents and revoke them",
 		spec{
 			name: "list", usage: "list the servers of a cluster with their state and agent version", argsUsage: shapeCluster,
 			description: `Lists the servers of a cluster: Connected (a heartbeat in the last minute),
 Disconnected or Revoked, the agent version each last reported, the last
-heartbeat, and when it joined. Revoked ones come last.
+heartbeat, and when it joined; the agent's version skew against the control
+plane (Behind 1.5.0, Newer than the control plane, Version not comparable)
+and its last upgrade (in_progress, succeeded, failed, rolled_back or timed_out
+and the version; -o json has the message, such as "The agent rolled the
+upgrade back: ..."). Revoked ones come last.
 
 Example:
    nebula server list acme/eu-1`,
@@ -264,5 +268,6 @@ Example:
 				return nil
 			},
 		}.command(),
+		serverUpgradeCommand(),
 	)
 }
