@@ -27,6 +27,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/backup"
 	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/config"
+	"github.com/nebulactrl/nebulactrl/console"
 	"github.com/nebulactrl/nebulactrl/database"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/image"
@@ -280,14 +281,14 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	mux.Handle("GET "+transport.ConnectPath, hub)
 	mux.HandleFunc("POST "+transport.RegisterPath, link.Register)
 	mux.HandleFunc("GET "+transport.DownloadPath+"{file}", link.Download)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintf(w, "NebulaCtrl %s\nAPI: %s/api/v1 (OpenAPI: /api/v1/openapi.json)\n", opts.Version, strings.TrimRight(cfg.PublicURL, "/"))
-	})
+	// The web console: every other path. It reaches the control plane only
+	// through the API's handler, in process (package console).
+	con, err := console.New(console.Config{API: a.Handler(), Secure: cfg.TLSCert != "" || strings.HasPrefix(cfg.PublicURL, "https://"),
+		PublicURL: cfg.PublicURL, Version: opts.Version, Logger: log, Now: opts.Now})
+	if err != nil {
+		return err
+	}
+	mux.Handle("/", con.Handler())
 	srv := &http.Server{
 		Handler:           strictTransport(api.AccessLog(log, mux)),
 		ReadHeaderTimeout: 10 * time.Second,

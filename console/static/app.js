@@ -1,0 +1,122 @@
+// NebulaCtrl console: the CSRF header of htmx requests, and the live parts
+// (the API's event streams, through the console's same-origin routes).
+// No inline script anywhere: the Content-Security-Policy forbids it.
+(function () {
+  "use strict";
+
+  function csrf() {
+    var m = document.querySelector('meta[name="csrf-token"]');
+    return m ? m.getAttribute("content") : "";
+  }
+
+  // htmx sends the session's CSRF token with every request it makes.
+  function setHeaders() {
+    var t = csrf();
+    if (t) {
+      document.body.setAttribute("hx-headers", JSON.stringify({ "X-CSRF-Token": t }));
+    }
+  }
+
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) { e.className = cls; }
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+
+  function when(iso) {
+    var d = new Date(iso);
+    if (isNaN(d.getTime())) { return iso; }
+    return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+  }
+
+  function terminal(status) {
+    return status === "succeeded" || status === "failed" || status === "superseded";
+  }
+
+  function setText(id, text) {
+    var e = document.getElementById(id);
+    if (e) { e.textContent = text; }
+  }
+
+  function showDeployment(d) {
+    var st = document.getElementById("dep-status");
+    if (st) { st.textContent = d.status; st.className = "badge st-" + d.status; }
+    // A stage without counts (a terminal one may carry none) keeps the last.
+    if (d.desired) { setText("dep-pods", d.ready + "/" + d.desired); }
+    setText("dep-stalled", d.stalled ? "yes, since " + when(d.stalledSince) : "no");
+    var b = d.blockers || [];
+    setText("dep-blockers", b.length ? b.join(", ") + " (the cluster is Disconnected: the deployment is delivered when its agent is back)" : "none");
+    setText("dep-reason", d.reason || "—");
+  }
+
+  // The deployment page: stages arrive over the deployment's stream.
+  function followDeployment(box) {
+    var url = box.getAttribute("data-events");
+    if (!url || !window.EventSource) { return; }
+    var list = document.getElementById("stages");
+    var state = document.getElementById("stream-state");
+    var seen = {};
+    (box.getAttribute("data-last") || "").split(" ").forEach(function (s) { if (s) { seen[s] = true; } });
+    var es = new EventSource(url);
+    es.addEventListener("deployment", function (ev) { showDeployment(JSON.parse(ev.data)); });
+    es.addEventListener("stage", function (ev) {
+      var s = JSON.parse(ev.data);
+      showDeployment(s);
+      if (!seen[String(s.seq)]) {
+        seen[String(s.seq)] = true;
+        var li = el("li");
+        li.setAttribute("data-seq", String(s.seq));
+        li.appendChild(el("span", "badge st-" + s.stage, s.stage));
+        li.appendChild(document.createTextNode(" "));
+        var t = el("time", null, when(s.at));
+        t.setAttribute("datetime", s.at);
+        li.appendChild(t);
+        if (s.desired) { li.appendChild(document.createTextNode(" · " + s.ready + "/" + s.desired + " ready")); }
+        if (s.detail) { li.appendChild(document.createTextNode(" · " + s.detail)); }
+        list.appendChild(li);
+      }
+      if (s.terminal || terminal(s.status)) {
+        es.close();
+        if (state) { state.textContent = "This deployment has ended."; }
+      }
+    });
+    es.onerror = function () {
+      if (state && es.readyState === EventSource.CLOSED) { state.textContent = "The live connection closed; reload to follow again."; }
+    };
+  }
+
+  // The service page: the environment's activity as it happens.
+  function followActivity(list) {
+    var url = list.getAttribute("data-events");
+    if (!url || !window.EventSource) { return; }
+    var es = new EventSource(url);
+    es.addEventListener("audit", function (ev) {
+      var a = JSON.parse(ev.data);
+      var empty = list.querySelector(".empty");
+      if (empty) { empty.remove(); }
+      var li = el("li");
+      var t = el("time", null, when(a.occurredAt));
+      t.setAttribute("datetime", a.occurredAt);
+      li.appendChild(t);
+      li.appendChild(document.createTextNode(" " + ((a.actor && a.actor.name) || "") + " "));
+      li.appendChild(el("strong", null, a.action));
+      li.appendChild(document.createTextNode(" " + ((a.target && a.target.name) || "") + (a.detail ? " — " + a.detail : "")));
+      list.insertBefore(li, list.firstChild);
+    });
+  }
+
+  function start() {
+    setHeaders();
+    var d = document.getElementById("deployment");
+    if (d) { followDeployment(d); }
+    var a = document.getElementById("live-activity");
+    if (a) { followActivity(a); }
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();
