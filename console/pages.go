@@ -752,10 +752,10 @@ func (c *Console) decideChangeSet(w http.ResponseWriter, r *http.Request, s *ses
 }
 
 type auditData struct {
-	Entries                              []query.AuditEntry
-	Actor, Action, Target, Since, Until  string
-	Next                                 int64
-	Query                                string
+	Entries                             []query.AuditEntry
+	Actor, Action, Target, Since, Until string
+	Next                                int64
+	Query                               string
 }
 
 func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, s *session) {
