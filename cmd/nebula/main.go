@@ -86,9 +86,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
-	uniformUsage(app)
 	if len(args) > 0 {
 		serverApp(app, args[0])
 	}
+	uniformUsage(app)
 	return app.RunContext(ctx, args)
 }
