@@ -357,6 +357,8 @@ func TestConsoleInChromium(t *testing.T) {
 	b.submit("#signin", "#no-projects")
 	require.Contains(t, b.text("#no-clusters"), "nebula cluster manifest acme/eu-1 | kubectl apply -f -")
 	require.Equal(t, "ada@example.com", b.text("#whoami"))
+	require.True(t, eval[bool](b, `JSON.parse(document.body.getAttribute('hx-headers'))['X-CSRF-Token'] === document.querySelector('meta[name="csrf-token"]').content`),
+		"htmx sends the session's CSRF token with every request")
 	b.visit("overview-empty")
 
 	// The instance administrator turns the automatic agent upgrade off (the
