@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -244,4 +247,18 @@ func TestRunRetriesCreatingItsCheckpoint(t *testing.T) {
 	require.Eventually(t, func() bool { return seen.Load() == 1 }, 20*time.Second, 10*time.Millisecond)
 	cancel()
 	require.NoError(t, <-errc)
+}
+
+func TestWhichErrorsPark(t *testing.T) {
+	for _, err := range []error{context.DeadlineExceeded, io.ErrUnexpectedEOF, fmt.Errorf("reading: %w", context.Canceled),
+		&pgconn.PgError{Code: "08006"}, &pgconn.PgError{Code: "40P01"}, &pgconn.PgError{Code: "57P01"}, &pgconn.PgError{Code: "53300"},
+		errors.New("conn closed")} {
+		require.True(t, eventstore.Transient(err), "%v is retried, never parked", err)
+	}
+	for _, err := range []error{errors.New("unknown event type mystery.happened"), &pgconn.PgError{Code: "22P05"}, &pgconn.PgError{Code: "23505"},
+		&pgconn.PgError{Code: "P0001"}, fmt.Errorf("projection audit-log: %w", &pgconn.PgError{Code: "42703"}),
+		// Commands retry their own conflicts; one that reaches a subscription is a bug.
+		fmt.Errorf("recording a revision: %w", eventstore.ErrConflict)} {
+		require.False(t, eventstore.Transient(err), "%v is the event's own failure", err)
+	}
 }
