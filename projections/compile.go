@@ -321,20 +321,39 @@ func LoadSnapshot(ctx context.Context, q eventstore.Querier, envID string, keys 
 	if err := rows.Err(); err != nil {
 		return s, fmt.Errorf("loading releases of %s: %w", envID, err)
 	}
-	// Each current release's variables: the versioned rows valid at its number.
-	for i := range s.Services {
-		rel := s.Services[i].Release
-		if rel == nil {
-			continue
-		}
-		if rel.Variables, err = ReleaseVariables(ctx, q, envID, s.Services[i].ID, rel.Number); err != nil {
+	// The current releases' variables, in one query: for each, the
+	// versioned rows valid at its number.
+	rows, err = q.Query(ctx, `SELECT c.service_id::text, v.name, v.value, v.secret
+		FROM current_releases c JOIN releases r ON r.id = c.release_id
+		JOIN release_variables v ON v.environment_id = r.environment_id AND v.service_id = r.service_id
+			AND coalesce(v.to_number, 2147483647) > r.number AND v.from_number <= r.number
+		WHERE c.environment_id = $1 ORDER BY c.service_id, v.name`, envID)
+	if err != nil {
+		return s, fmt.Errorf("loading the variables of the releases of %s: %w", envID, err)
+	}
+	for rows.Next() {
+		var svc string
+		var v domain.Variable
+		var secret []byte
+		if err := rows.Scan(&svc, &v.Name, &v.Value, &secret); err != nil {
+			rows.Close()
 			return s, err
 		}
-		for _, v := range rel.Variables {
-			if v.Secret != nil {
-				keyIDs = append(keyIDs, v.Secret.DataKeyID)
+		if secret != nil {
+			v.Secret = &domain.SealedValue{}
+			if err := json.Unmarshal(secret, v.Secret); err != nil {
+				rows.Close()
+				return s, fmt.Errorf("variable %s of a release of %s: %w", v.Name, envID, err)
 			}
+			keyIDs = append(keyIDs, v.Secret.DataKeyID)
 		}
+		if x := byID[svc]; x != nil && x.Release != nil {
+			x.Release.Variables = append(x.Release.Variables, v)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return s, fmt.Errorf("loading the variables of the releases of %s: %w", envID, err)
 	}
 
 	if len(keyIDs) > 0 {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
@@ -245,13 +244,9 @@ func (r *revisions) revisionObjects(org any, d domain.RevisionCompiled) error {
 	scope := []any{d.EnvironmentID}
 	set := d.Set
 	if d.Whole() {
-		doc, err := desiredstate.Decode(d.Document)
+		objs, err := splitStored(d.Document)
 		if err != nil {
 			return fmt.Errorf("revision %d of %s: %w", d.Number, d.EnvironmentID, err)
-		}
-		objs, err := SplitDocument(doc)
-		if err != nil {
-			return err
 		}
 		set = make([]domain.RevisionObject, 0, len(objs))
 		for _, k := range sortedKeys(objs) {

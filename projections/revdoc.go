@@ -64,6 +64,57 @@ func SplitDocument(doc desiredstate.Document) (map[string]json.RawMessage, error
 	return objs, nil
 }
 
+// splitStored cuts a recorded whole document (revision.compiled, schema 1)
+// into its objects as they are stored, field for field: without decoding it
+// into this build's types, so that a document an earlier version wrote
+// projects whatever this build would make of it (migration 00011 cuts the
+// same way).
+func splitStored(doc json.RawMessage) (map[string]json.RawMessage, error) {
+	var top struct {
+		SchemaVersion json.RawMessage              `json:"schemaVersion"`
+		Environment   json.RawMessage              `json:"environment"`
+		Services      []map[string]json.RawMessage `json:"services"`
+	}
+	if err := json.Unmarshal(doc, &top); err != nil {
+		return nil, err
+	}
+	objs := make(map[string]json.RawMessage, 1+len(top.Services))
+	head, err := json.Marshal(map[string]json.RawMessage{"schemaVersion": orNull(top.SchemaVersion), "environment": orNull(top.Environment)})
+	if err != nil {
+		return nil, err
+	}
+	objs[keyEnvironment] = head
+	for _, s := range top.Services {
+		var id string
+		_ = json.Unmarshal(s["id"], &id)
+		var vars []map[string]json.RawMessage
+		_ = json.Unmarshal(s["variables"], &vars)
+		for _, v := range vars {
+			var name string
+			_ = json.Unmarshal(v["name"], &name)
+			b, err := json.Marshal(v)
+			if err != nil {
+				return nil, err
+			}
+			objs[keyVariable+id+"/"+name] = b
+		}
+		delete(s, "variables")
+		b, err := json.Marshal(s)
+		if err != nil {
+			return nil, err
+		}
+		objs[keyService+id] = b
+	}
+	return objs, nil
+}
+
+func orNull(m json.RawMessage) json.RawMessage {
+	if m == nil {
+		return json.RawMessage("null")
+	}
+	return m
+}
+
 // JoinDocument puts a document together from its objects, normalised as
 // desiredstate.Decode returns documents. Objects read back from jsonb are
 // accepted: only their meaning counts.
