@@ -3,7 +3,6 @@ package api
 import (
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/nebulactrl/nebulactrl/backup"
@@ -26,10 +25,6 @@ func backupView(m backup.Manifest) Backup {
 	return Backup{Dump: m.Dump, Version: m.Version, Time: m.Time, Trigger: m.Trigger, TargetVersion: m.TargetVersion,
 		DatabaseSize: m.DatabaseSize, DumpSize: m.DumpSize, SHA256: m.SHA256}
 }
-
-// backupRunning lets one manual backup run at a time per process: a second
-// request gets 409 instead of a second pg_dump.
-var backupRunning sync.Mutex
 
 func (a *API) backupsConfigured() error {
 	if a.cfg.Backup.Dir == "" || a.cfg.Backup.DatabaseURL == "" {
@@ -57,13 +52,12 @@ func (a *API) createBackup(w http.ResponseWriter, r *http.Request, c *call) (int
 	if err := a.backupsConfigured(); err != nil {
 		return 0, nil, err
 	}
-	if !backupRunning.TryLock() {
-		return 0, nil, errorf(http.StatusConflict, "backup_in_progress", "a backup is being taken: wait for it to finish")
-	}
-	defer backupRunning.Unlock()
 	cfg := a.cfg.Backup
 	cfg.Now, cfg.Logger = a.cfg.Now, a.logger
-	m, err := backup.Create(r.Context(), cfg, backup.TriggerManual, "")
+	m, err := backup.CreateExclusive(r.Context(), a.pool, cfg, backup.TriggerManual)
+	if errors.Is(err, backup.ErrBusy) {
+		return 0, nil, errorf(http.StatusConflict, "backup_in_progress", "a backup is being taken: wait for it to finish")
+	}
 	if err != nil {
 		a.logger.Error("manual control-plane backup failed", "err", err, "request_id", requestID(r.Context()))
 		var ae *apiError

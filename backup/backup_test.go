@@ -419,3 +419,28 @@ func TestRestoreIntoFreshDatabase(t *testing.T) {
 	_, err = backup.Restore(ctx, "", dump, emptyDB(t))
 	require.ErrorContains(t, err, "does not match its manifest")
 }
+
+// One manual backup at a time on the whole installation: while another holds
+// the lock, a second gets ErrBusy and writes nothing.
+func TestCreateExclusive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	pool := open(t, u)
+	dir := filepath.Join(t.TempDir(), "backups")
+	cfg := backup.Config{DatabaseURL: u, Dir: dir, Version: "1.5.0"}
+	other, err := pgx.Connect(ctx, u)
+	require.NoError(t, err)
+	defer other.Close(ctx)
+	_, err = other.Exec(ctx, `SELECT pg_advisory_lock(7244015874)`)
+	require.NoError(t, err)
+	_, err = backup.CreateExclusive(ctx, pool, cfg, backup.TriggerManual)
+	require.ErrorIs(t, err, backup.ErrBusy)
+	require.Empty(t, dumps(t, dir))
+	_, err = other.Exec(ctx, `SELECT pg_advisory_unlock(7244015874)`)
+	require.NoError(t, err)
+	m, err := backup.CreateExclusive(ctx, pool, cfg, backup.TriggerManual)
+	require.NoError(t, err)
+	require.Equal(t, backup.TriggerManual, m.Trigger)
+	require.Len(t, dumps(t, dir), 1)
+}

@@ -217,6 +217,32 @@ func PreUpgrade(ctx context.Context, pool *pgxpool.Pool, c Config, target string
 	return o, nil
 }
 
+// ErrBusy means another backup is being taken.
+var ErrBusy = errors.New("a backup is being taken")
+
+// manualLockKey keeps manual backups one at a time across replicas.
+const manualLockKey = 7_244_015_874
+
+// CreateExclusive is Create with one manual backup at a time on the whole
+// installation (a PostgreSQL advisory lock, so across replicas too): a
+// second one meanwhile gets ErrBusy instead of a second pg_dump.
+func CreateExclusive(ctx context.Context, pool *pgxpool.Pool, c Config, trigger string) (Manifest, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("connecting to the database: %w", err)
+	}
+	defer conn.Release()
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, manualLockKey).Scan(&ok); err != nil {
+		return Manifest{}, fmt.Errorf("taking the backup lock: %w", err)
+	}
+	if !ok {
+		return Manifest{}, ErrBusy
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, manualLockKey) }()
+	return Create(ctx, c, trigger, "")
+}
+
 // LastPreUpgrade returns the last pre-upgrade backup's outcome, or nil when
 // none was taken (also on a database that never ran the check).
 func LastPreUpgrade(ctx context.Context, pool *pgxpool.Pool) (*Outcome, error) {
