@@ -443,8 +443,11 @@ func replicaName(addr string) string {
 var subscriptions = []string{projections.SubscriptionName, reactions.SubscriptionName}
 
 // stuckAfter is how old the oldest unhandled event may be before a
-// subscription counts as stuck and the replica as not ready.
-const stuckAfter = time.Minute
+// subscription counts as stuck and the replica as not ready. It is longer
+// than parking an event takes (about a minute, eventstore.ParkPolicy): an
+// event the subscription cannot handle is parked before any replica turns
+// unready; what stays stuck longer (the database keeps failing) does.
+const stuckAfter = 2 * time.Minute
 
 // readyz answers 200 when the database answers and no subscription is stuck,
 // 503 otherwise; the body names each subscription's lag and, when one is

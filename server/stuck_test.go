@@ -29,7 +29,7 @@ func TestStuckProjectionsAreVisible(t *testing.T) {
 	// As a bug or an older binary would leave one: past every check.
 	_, err = pool.Exec(context.Background(), `INSERT INTO events (stream_id, stream_version, event_type, schema_version, payload,
 		actor_kind, actor_id, actor_name, request_id, occurred_at)
-		VALUES ('mystery-1', 1, 'mystery.happened', 1, '{}', 'system', 'test', 'test', 'r', now() - interval '2 minutes')`)
+		VALUES ('mystery-1', 1, 'mystery.happened', 1, '{}', 'system', 'test', 'test', 'r', now() - interval '5 minutes')`)
 	require.NoError(t, err)
 
 	do := func(method, path, body string) (int, string) {
