@@ -439,6 +439,7 @@ func TestConsoleInChromium(t *testing.T) {
 	b.open("/o/acme/p/shop/e/production/s/api", "#deploy-form")
 	b.submit("#deploy", "#diff")
 	require.True(t, b.has("#own-changeset"))
+	require.Contains(t, b.text("#cs-expires"), "UTC", "the change set says when it expires")
 	require.False(t, b.has("#approve"), "no Approve button for the requester")
 	csPath := eval[string](b, "location.pathname")
 	version := regexp.MustCompile(`\d+`).FindString(eval[string](b, `[...document.querySelectorAll('.facts dt')].find(e => e.innerText === 'Version').nextElementSibling.innerText`))

@@ -73,8 +73,11 @@ type Config struct {
 	// in the first cluster's install command).
 	PublicURL string
 	Version   string
-	Logger    *slog.Logger
-	Now       func() time.Time
+	// ApprovalTTL is how long a change set stays open (NEBULACTRL_APPROVAL_TTL;
+	// default 72 h): the change set page shows when it expires.
+	ApprovalTTL time.Duration
+	Logger      *slog.Logger
+	Now         func() time.Time
 }
 
 // Console serves the web console.
@@ -101,6 +104,9 @@ func New(cfg Config) (*Console, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ApprovalTTL <= 0 {
+		cfg.ApprovalTTL = 72 * time.Hour
 	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux(), assets: map[string]asset{}, log: cfg.Logger}
 	entries, err := fs.ReadDir(staticFS, "static")

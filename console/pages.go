@@ -732,6 +732,7 @@ func (c *Console) changeSetPage(w http.ResponseWriter, r *http.Request, s *sessi
 		return
 	}
 	d.Mine = d.CS.OpenedBy == s.me.User.ID
+	d.Expires = d.CS.OpenedAt.Add(c.cfg.ApprovalTTL)
 	c.render(w, r, http.StatusOK, "changeset", c.view(r, s, "Change set", &d, ""))
 }
 

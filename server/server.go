@@ -284,7 +284,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	// The web console: every other path. It reaches the control plane only
 	// through the API's handler, in process (package console).
 	con, err := console.New(console.Config{API: a.Handler(), Secure: cfg.TLSCert != "" || strings.HasPrefix(cfg.PublicURL, "https://"),
-		PublicURL: cfg.PublicURL, Version: opts.Version, Logger: log, Now: opts.Now})
+		PublicURL: cfg.PublicURL, Version: opts.Version, ApprovalTTL: cfg.ApprovalTTL, Logger: log, Now: opts.Now})
 	if err != nil {
 		return err
 	}
