@@ -49,7 +49,9 @@ func serverApp(app *cli.App, argv0 string) {
 func localDB(ctx context.Context, cfg config.Config) (url string, pool *pgxpool.Pool, done func(), ok bool, err error) {
 	url, stop := cfg.DatabaseURL, func() {}
 	if url == "" {
-		if _, err := os.Stat(filepath.Join(cfg.DataDir, "postgres", "PG_VERSION")); err != nil {
+		// The managed PostgreSQL's cluster (see pgcluster): none yet means
+		// nothing to open.
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, "postgres", "pgdata", "PG_VERSION")); err != nil {
 			return "", nil, nil, false, nil
 		}
 		u, cluster, err := database.Managed(ctx, cfg.DataDir, nil)

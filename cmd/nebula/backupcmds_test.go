@@ -17,6 +17,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/backup"
 	"github.com/nebulactrl/nebulactrl/config"
+	"github.com/nebulactrl/nebulactrl/database"
 	"github.com/nebulactrl/nebulactrl/pgtest"
 	"github.com/nebulactrl/nebulactrl/servertest"
 )
@@ -137,4 +138,29 @@ func TestHealthcheckCommand(t *testing.T) {
 	srv.Stop()
 	err, _, _ = runAs(t, "/usr/local/bin/nebulactrl-server", "healthcheck", "--timeout", "2s")
 	require.ErrorContains(t, err, "not ready")
+}
+
+// With no database URL, pre-upgrade-backup backs up the managed PostgreSQL
+// of the data directory (started for the command, stopped after).
+func TestPreUpgradeBackupOfTheManagedDatabase(t *testing.T) {
+	// Not t.TempDir: PostgreSQL runs as another user when the tests run as
+	// root and must reach the directory.
+	data, err := os.MkdirTemp("", "nebula-managed-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(data) })
+	ctx := context.Background()
+	_, cluster, err := database.Managed(ctx, data, nil)
+	require.NoError(t, err)
+	require.NoError(t, cluster.Stop(ctx))
+	t.Setenv(config.EnvDatabaseURL, "")
+	os.Unsetenv(config.EnvDatabaseURL)
+	t.Setenv(config.EnvDataDir, data)
+	t.Setenv(backup.EnvDir, "")
+	os.Unsetenv(backup.EnvDir)
+	err, out, _ := runAs(t, "nebulactrl-server", "pre-upgrade-backup", "--target-version", "1.5.0")
+	require.NoError(t, err)
+	require.Contains(t, out, "backed up before the upgrade to 1.5.0")
+	list, err := backup.List(filepath.Join(data, "backups"))
+	require.NoError(t, err)
+	require.Len(t, list, 1)
 }
