@@ -104,6 +104,12 @@ func TestPreUpgradeBackupCommand(t *testing.T) {
 	var n int
 	require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*) FROM goose_db_version`).Scan(&n))
 	require.Positive(t, n, "the restored database holds the migrated schema")
+	// And the operator's check after a restore passes on it.
+	t.Setenv(config.EnvDatabaseURL, target)
+	err, out, _ = runAs(t, "nebula", "audit", "replay")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "equal")
+	require.NotContains(t, out, "DIFFERS")
 }
 
 func emptyDatabase(t *testing.T, base string) string {
