@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -117,7 +118,7 @@ func (p *Projections) compileAffected(ctx context.Context, tx pgx.Tx, batch []De
 		if hash == lastHash {
 			continue
 		}
-		ev, err := p.revisionEvent(ctx, tx, env, snap.ProjectID, last, hash, doc)
+		ev, err := p.revisionEvent(ctx, tx, env, snap.ProjectID, last, lastHash, hash, doc)
 		if err != nil {
 			return err
 		}
@@ -142,7 +143,8 @@ func (p *Projections) compileAffected(ctx context.Context, tx pgx.Tx, batch []De
 // revision last: the objects of the document (see SplitDocument) that are new
 // or changed, and the keys of those gone. The first revision, or one whose
 // predecessor cannot be rebuilt, sets every object (Base 0).
-func (p *Projections) revisionEvent(ctx context.Context, tx pgx.Tx, env, projectID string, last int, hash string, doc desiredstate.Document) (domain.RevisionCompiled, error) {
+func (p *Projections) revisionEvent(ctx context.Context, tx pgx.Tx, env, projectID string, last int, lastHash, hash string,
+	doc desiredstate.Document) (domain.RevisionCompiled, error) {
 	ev := domain.RevisionCompiled{EnvironmentID: env, ProjectID: projectID, Number: last + 1, Hash: hash}
 	next, err := SplitDocument(doc)
 	if err != nil {
@@ -150,19 +152,67 @@ func (p *Projections) revisionEvent(ctx context.Context, tx pgx.Tx, env, project
 	}
 	prev := map[string]json.RawMessage{}
 	if last > 0 {
-		before, err := DocumentAt(ctx, tx, env, last)
-		if err == nil {
-			prev, err = SplitDocument(before.Document)
-		}
-		if err != nil {
-			p.cfg.Logger.Warn("the revision before cannot be rebuilt: recording the whole document", "environment", env, "revision", last, "err", err)
-			prev = nil
+		if objs, ok := lastCompiled.get(env, last, lastHash); ok {
+			prev, ev.Base = objs, last
 		} else {
-			ev.Base = last
+			before, err := DocumentAt(ctx, tx, env, last)
+			if err == nil {
+				prev, err = SplitDocument(before.Document)
+			}
+			if err != nil {
+				p.cfg.Logger.Warn("the revision before cannot be rebuilt: recording the whole document", "environment", env, "revision", last, "err", err)
+				prev = nil
+			} else {
+				ev.Base = last
+			}
 		}
 	}
 	ev.Set, ev.Removed = DiffObjects(prev, next)
+	// Kept for the next compile, which uses it only if this revision is
+	// the one it finds recorded (the transaction may yet roll back).
+	lastCompiled.put(env, last+1, hash, next)
 	return ev, nil
+}
+
+// lastCompiled remembers the objects of the revision last compiled for each
+// environment, so that the next compile diffs against them without reading
+// the revision back. An entry counts only for the revision number and hash
+// recorded in the environment's stream: a hash names one document, so an
+// entry is never wrong for them, whichever replica or transaction made it.
+var lastCompiled = &compiledCache{m: map[string]compiledDoc{}}
+
+// maxCompiledCache bounds the environments remembered (the cache starts over
+// when it is full).
+const maxCompiledCache = 1024
+
+type compiledCache struct {
+	mu sync.Mutex
+	m  map[string]compiledDoc
+}
+
+type compiledDoc struct {
+	number int
+	hash   string
+	objs   map[string]json.RawMessage
+}
+
+func (c *compiledCache) get(env string, number int, hash string) (map[string]json.RawMessage, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.m[env]
+	if !ok || d.number != number || d.hash != hash {
+		return nil, false
+	}
+	return d.objs, true
+}
+
+func (c *compiledCache) put(env string, number int, hash string, objs map[string]json.RawMessage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[env]; !ok && len(c.m) >= maxCompiledCache {
+		clear(c.m)
+	}
+	c.m[env] = compiledDoc{number: number, hash: hash, objs: objs}
 }
 
 func lastRevision(ctx context.Context, tx pgx.Tx, stream string) (int, string, error) {
