@@ -87,6 +87,8 @@ type Console struct {
 	pages  map[string]*template.Template
 	assets map[string]asset
 	log    *slog.Logger
+	// patterns are the routes registered on mux.
+	patterns []string
 }
 
 type asset struct {

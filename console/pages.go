@@ -117,8 +117,20 @@ func (c *Console) parseTemplates() error {
 	return nil
 }
 
+// Routes lists the console's routes ("METHOD PATTERN"), for the
+// authorisation matrix test.
+func (c *Console) Routes() []string { return slices.Clone(c.patterns) }
+
+// recorder registers routes on the console's mux and remembers them.
+type recorder struct{ c *Console }
+
+func (r recorder) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	r.c.patterns = append(r.c.patterns, pattern)
+	r.c.mux.HandleFunc(pattern, h)
+}
+
 func (c *Console) routes() {
-	m := c.mux
+	m := recorder{c}
 	m.HandleFunc("GET /static/{hash}/{file}", c.serveStatic)
 	m.HandleFunc("GET /signin", c.signInPage)
 	m.HandleFunc("POST /signin", c.signIn)
@@ -198,6 +210,11 @@ func (c *Console) authed(h func(w http.ResponseWriter, r *http.Request, s *sessi
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Vary", "Cookie, HX-Request")
+		if org := r.PathValue("org"); org != "" && !slices.ContainsFunc(s.me.Organisations, func(o query.Organisation) bool { return o.Name == org }) {
+			// As in the API: to a non-member the organisation does not exist.
+			c.render(w, r, http.StatusNotFound, "error", c.view(r, s, "Not found", nil, "There is no organisation "+strconv.Quote(org)+"."))
+			return
+		}
 		h(w, r, s)
 	}
 }
