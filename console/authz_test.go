@@ -87,6 +87,7 @@ func TestConsoleAuthorisationMatrix(t *testing.T) {
 		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/deploy", target + "/deploy", url.Values{"image": {"not an image!"}}, domain.ScopeDeploymentsWrite},
 		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/rollback", target + "/rollback", url.Values{"release": {"999"}}, domain.ScopeDeploymentsWrite},
 		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/resume", target + "/resume", nil, domain.ScopeDeploymentsWrite},
+		{"GET /o/{org}/p/{project}/e/{env}/s/{service}/logs", target + "/logs", nil, domain.ScopeProjectsRead},
 		{"GET /o/{org}/p/{project}/e/{env}/s/{service}/d/{deployment}", target + "/d/" + missing, nil, domain.ScopeProjectsRead},
 		{"GET /o/{org}/p/{project}/e/{env}/s/{service}/d/{deployment}/events", target + "/d/" + missing + "/events", nil, domain.ScopeProjectsRead},
 		{"GET /instance", "/instance", nil, domain.ScopeInstanceAdmin},

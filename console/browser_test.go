@@ -416,8 +416,17 @@ func TestConsoleInChromium(t *testing.T) {
 	require.Contains(t, b.text("#stream-state"), "ended")
 	b.visit("deployment")
 
-	// A second release, then roll back to the first.
+	// The service's logs arrive on its page without a reload (htmx
+	// refreshes the fragment).
 	b.open("/o/acme/p/shop/e/staging/s/api", "#deploy-form")
+	b.waitJS(`document.querySelector('#logs .empty')`, "the logs fragment loads")
+	eval[bool](b, "window.__sameDocument = true; true")
+	require.NoError(t, agent.client.Send(transport.TypeLogs, transport.Logs{EnvironmentID: d.env, Service: "api", Release: 1, Pod: "api-web-1", Container: "web",
+		Lines: []transport.LogLine{{Time: time.Now(), Stream: "stdout", Text: "listening on :8080"}}}))
+	b.waitJS(`document.querySelector('#logs pre') && document.querySelector('#logs pre').innerText.includes('listening on :8080')`, "the log line on the page")
+	require.True(t, eval[bool](b, "window.__sameDocument === true"), "the log line arrived without a reload")
+
+	// A second release, then roll back to the first.
 	b.submit("#deploy", "#stages")
 	agent.rollout(agent.next(), 0)
 	b.waitJS(`document.querySelector('#dep-status').innerText === 'succeeded'`, "release 2 succeeds")

@@ -16,6 +16,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/telemetry"
 )
 
 // view is what every page's template gets.
@@ -166,6 +167,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+s+"/deploy", c.authed(c.deploy))
 	m.HandleFunc("POST "+s+"/rollback", c.authed(c.rollback))
 	m.HandleFunc("POST "+s+"/resume", c.authed(c.resume))
+	m.HandleFunc("GET "+s+"/logs", c.authed(c.logs))
 	m.HandleFunc("GET "+s+"/d/{deployment}", c.authed(c.deploymentPage))
 	m.HandleFunc("GET "+s+"/d/{deployment}/events", c.authed(c.deploymentEvents))
 
@@ -984,4 +986,21 @@ func list[T any](c *Console, r *http.Request, token, p string, limit int) ([]T, 
 		}
 		next = pg.Next
 	}
+}
+
+type logsData struct {
+	Lines []telemetry.LogLine
+	// Self is the fragment's own address: it reloads itself every few seconds.
+	Self string
+}
+
+// logs is the service's latest container log lines, a fragment that htmx
+// loads into the service page and refreshes.
+func (c *Console) logs(w http.ResponseWriter, r *http.Request, s *session) {
+	var page api.LogPage
+	if _, err := c.call(r, s.token, "GET", apiPath(r, "/logs?limit=200"), nil, &page); err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "logs", c.view(r, s, "Logs", &logsData{Lines: page.Lines, Self: consolePath(r) + "/logs"}, ""))
 }
