@@ -175,8 +175,11 @@ func TestManagedPostgresIsRestartedWhenItDies(t *testing.T) {
 		pid := postmasterPID(dataDir)
 		return pid != old && postgresAlive(pid) && readyz(s.url) == 200
 	})
-	// Writable again, and projected (read-your-writes): a project.
-	eventually(t, "a write succeeds", func() bool {
+	// Writable again, and projected: a project. The first write after the
+	// restart may be recorded while the projections are still reconnecting
+	// (503 projections_behind: "the change was recorded"); a retry then
+	// finds the name taken (409). Either way the project must be readable.
+	eventually(t, "a write is recorded", func() bool {
 		req, _ := http.NewRequest("POST", s.url+"/api/v1/orgs/acme/projects", strings.NewReader(`{"name":"shop"}`))
 		req.Header.Set("Authorization", "Bearer "+setup.Token)
 		req.Header.Set("Content-Type", "application/json")
@@ -185,7 +188,17 @@ func TestManagedPostgresIsRestartedWhenItDies(t *testing.T) {
 			return false
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusCreated
+		return resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusConflict
+	})
+	eventually(t, "the project is read back", func() bool {
+		req, _ := http.NewRequest("GET", s.url+"/api/v1/orgs/acme/projects/shop", nil)
+		req.Header.Set("Authorization", "Bearer "+setup.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
 	})
 
 	pid := postmasterPID(dataDir)
