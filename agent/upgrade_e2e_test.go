@@ -556,6 +556,43 @@ func TestAgentUpgradesItself(t *testing.T) {
 		}
 	})
 
+	t.Run("through the API: audited as upgraded, and as failed when rolled back", func(t *testing.T) {
+		w.t = t
+		ctx := context.Background()
+		audited := func(action, server string) bool {
+			page, err := rc.Audit(ctx, client.AuditQuery{Org: "acme", Action: action, Limit: 1000})
+			require.NoError(t, err)
+			for _, e := range page.Entries {
+				if strings.Contains(e.Target.Name, server) || strings.Contains(e.Detail, server) {
+					return true
+				}
+			}
+			return false
+		}
+		good := w.startHost("api-good")
+		serve.set(bins["v2"])
+		acc, err := rc.UpgradeServer(ctx, good.id, false)
+		require.NoError(t, err)
+		require.Equal(t, "1.0.0", acc.From)
+		require.Equal(t, "2.0.0", acc.To)
+		w.waitConnected("api-good", "2.0.0", good.sup)
+		w.holds(good, "v2", "2.0.0")
+		require.Eventually(t, func() bool { return audited("server.agent.upgraded", "api-good") }, 60*time.Second, 200*time.Millisecond,
+			"server.agent.upgraded in the audit log")
+		require.True(t, audited("server.agent.upgrade", "api-good"), "the person's request is audited")
+
+		bad := w.startHost("api-bad")
+		serve.set(bins["crash"])
+		_, err = rc.UpgradeServer(ctx, bad.id, false)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return audited("server.agent.upgrade.failed", "api-bad") }, 90*time.Second, 200*time.Millisecond,
+			"the rollback ends the upgrade as failed; log:\n%s", bad.sup.output())
+		st := w.waitConnected("api-bad", "1.0.0", bad.sup)
+		require.NotNil(t, st.Upgrade)
+		require.Equal(t, transport.UpgradeRolledBack, st.Upgrade.State)
+		w.holds(bad, "v1", "1.0.0")
+	})
+
 	t.Run("in a cluster: the pod volume keeps an upgrade, a recreated pod starts from the image", func(t *testing.T) {
 		w.t = t
 		inCluster(t, w)
