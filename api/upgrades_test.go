@@ -551,3 +551,19 @@ func TestAgentUpgradeForceAfterARollback(t *testing.T) {
 	require.True(t, ups[1].Force, "force travels to the agent, which would refuse the version otherwise")
 	require.Equal(t, "succeeded", w.server(t, "edge").LastUpgrade.State)
 }
+
+// With two replicas on one database, an upgrade asked for through one
+// replica reaches an agent connected to the other: whichever replica reacts
+// to the request, the agent's own replica sends what is pending for it.
+func TestAgentUpgradeReachesAnAgentOnAnotherReplica(t *testing.T) {
+	w := newUpgradeWorld(t, true)
+	w.autoUpgrade(t, false)
+	other := servertest.Start(t, servertest.Options{DatabaseURL: w.srv.DatabaseURL, SecretKey: w.srv.SecretKey, Version: "1.5.0",
+		Now: w.clock.Now, JobInterval: 200 * time.Millisecond, AgentBinaries: fakeBinaries(t)})
+	a := joinAgent(t, other, w.join, "far", "1.4.0", yes(), upgradeSucceeds)
+	r := w.upgrade(t, a, false)
+	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
+	w.waitAudit(t, "server.agent.upgraded", "/far")
+	require.Len(t, a.upgrades(), 1, "sent once")
+	require.Equal(t, "succeeded", w.server(t, "far").LastUpgrade.State)
+}

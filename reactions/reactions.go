@@ -75,6 +75,8 @@ type Config struct {
 type Reactions struct {
 	cfg  Config
 	pool *pgxpool.Pool
+	// sends are the agent upgrades this replica sent (upgrades.go).
+	sends upgradeSends
 }
 
 // New returns the reactions.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -143,22 +144,127 @@ func (r *Reactions) sendUpgrade(ctx context.Context, tx pgx.Tx, e eventstore.Eve
 	if ended {
 		return nil
 	}
-	var sendErr error
 	if r.cfg.Upgrades.Sender == nil {
-		sendErr = errors.New("this control plane has no link to its agents")
-	} else {
-		sendErr = r.cfg.Upgrades.Sender.SendUpgrade(ctx, d.ServerID, transport.AgentUpgrade{ID: d.UpgradeID, Version: d.To, SHA256: d.SHA256, Force: d.Force})
+		_, err = r.cfg.Commands.Server(ctx, c, e.OrgID, d.ServerID, domain.ReportUpgradeResult{UpgradeID: d.UpgradeID, Step: "send",
+			Error: "this control plane has no link to its agents"})
+		return ignoreDecided(err, r.cfg.Logger, "failing upgrade "+d.UpgradeID)
 	}
-	if sendErr == nil {
+	err = r.send(ctx, d.ServerID, transport.AgentUpgrade{ID: d.UpgradeID, Version: d.To, SHA256: d.SHA256, Force: d.Force})
+	if r.cfg.Upgrades.Offline != nil && errors.Is(err, r.cfg.Upgrades.Offline) {
+		// The agent is connected to another replica (or just lost its
+		// connection): that replica's DeliverUpgrades sends it, or the
+		// agent's when it connects again; the timeout ends it otherwise.
+		r.cfg.Logger.Debug("reactions: an agent upgrade waits for its agent's replica", "server", d.ServerID, "upgrade", d.UpgradeID)
 		return nil
 	}
-	reason := "the upgrade could not be sent: " + sendErr.Error()
-	if r.cfg.Upgrades.Offline != nil && errors.Is(sendErr, r.cfg.Upgrades.Offline) {
-		reason = "the agent was not connected to this control plane when the upgrade was to be sent"
+	if err == nil {
+		return nil
 	}
-	r.cfg.Logger.Warn("reactions: an agent upgrade could not be sent", "server", d.ServerID, "upgrade", d.UpgradeID, "err", sendErr)
-	_, err = r.cfg.Commands.Server(ctx, c, e.OrgID, d.ServerID, domain.ReportUpgradeResult{UpgradeID: d.UpgradeID, Step: "send", Error: reason})
+	r.cfg.Logger.Warn("reactions: an agent upgrade could not be sent", "server", d.ServerID, "upgrade", d.UpgradeID, "err", err)
+	_, err = r.cfg.Commands.Server(ctx, c, e.OrgID, d.ServerID, domain.ReportUpgradeResult{UpgradeID: d.UpgradeID, Step: "send",
+		Error: "the upgrade could not be sent: " + err.Error()})
 	return ignoreDecided(err, r.cfg.Logger, "failing upgrade "+d.UpgradeID)
+}
+
+// upgradeSends are the agent upgrades this replica sent, so that each goes
+// out once from it.
+type upgradeSends struct {
+	mu   sync.Mutex
+	sent map[string]bool
+}
+
+// send sends an agent_upgrade once per upgrade from this replica: it is
+// marked sent before it goes out, so that the reaction and DeliverUpgrades
+// never both send it, and unmarked when it could not be sent.
+func (r *Reactions) send(ctx context.Context, serverID string, u transport.AgentUpgrade) error {
+	r.sends.mu.Lock()
+	if r.sends.sent == nil || len(r.sends.sent) > 10_000 {
+		r.sends.sent = map[string]bool{}
+	}
+	if r.sends.sent[u.ID] {
+		r.sends.mu.Unlock()
+		return nil
+	}
+	r.sends.sent[u.ID] = true
+	r.sends.mu.Unlock()
+	err := r.cfg.Upgrades.Sender.SendUpgrade(ctx, serverID, u)
+	if err != nil {
+		r.sends.mu.Lock()
+		delete(r.sends.sent, u.ID)
+		r.sends.mu.Unlock()
+	}
+	return err
+}
+
+// DeliverUpgrades sends the upgrades in progress of the agents connected to
+// this replica that it has not sent yet: the reaction to a request runs on
+// whichever replica handles the batch, and the agent may be connected to
+// another, or connect again after a lost connection. It runs until ctx
+// ends, looking whenever wake fires and every few seconds.
+func (r *Reactions) DeliverUpgrades(ctx context.Context, connected func() []transport.Peer, wake <-chan struct{}) error {
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-tick.C:
+		}
+		if r.cfg.Upgrades.Sender == nil {
+			continue
+		}
+		peers := connected()
+		if len(peers) == 0 {
+			continue
+		}
+		ids := make([]string, len(peers))
+		for i, p := range peers {
+			ids[i] = p.ServerID
+		}
+		if err := r.deliverPending(ctx, ids); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("reactions: delivering pending agent upgrades", "err", err)
+		}
+	}
+}
+
+func (r *Reactions) deliverPending(ctx context.Context, serverIDs []string) error {
+	rows, err := r.pool.Query(ctx, `SELECT s.id::text, e.payload FROM servers s
+		JOIN LATERAL (SELECT payload FROM events WHERE stream_id = 'server-' || s.id::text AND event_type = 'server.agent.upgrade.requested'
+			ORDER BY stream_version DESC LIMIT 1) e ON true
+		WHERE s.id = ANY($1::uuid[]) AND s.last_upgrade->>'state' = $2`, serverIDs, domain.UpgradeInProgress)
+	if err != nil {
+		return fmt.Errorf("reading the pending upgrades: %w", err)
+	}
+	type pending struct {
+		server string
+		req    domain.AgentUpgradeRequested
+	}
+	var todo []pending
+	for rows.Next() {
+		var p pending
+		var raw []byte
+		if err := rows.Scan(&p.server, &raw); err != nil {
+			rows.Close()
+			return err
+		}
+		if err := json.Unmarshal(raw, &p.req); err != nil {
+			continue
+		}
+		todo = append(todo, p)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, p := range todo {
+		d := p.req
+		err := r.send(ctx, p.server, transport.AgentUpgrade{ID: d.UpgradeID, Version: d.To, SHA256: d.SHA256, Force: d.Force})
+		if err != nil && !(r.cfg.Upgrades.Offline != nil && errors.Is(err, r.cfg.Upgrades.Offline)) {
+			r.cfg.Logger.Warn("reactions: sending a pending agent upgrade", "server", p.server, "upgrade", d.UpgradeID, "err", err)
+		}
+	}
+	return nil
 }
 
 // advanceRollout asks for the upgrade of the rollout's next server after

@@ -246,6 +246,9 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		"reactions":   func(ctx context.Context) error { return react.Run(ctx, waker.Subscribe()) },
 		"jobs":        sched.Run,
 		"agent-hub":   func(ctx context.Context) error { return refreshHub(ctx, hub, link, waker, log) },
+		// An agent upgrade whose agent is connected to this replica goes
+		// out from here, whichever replica reacted to the request.
+		"agent-upgrades": func(ctx context.Context) error { return react.DeliverUpgrades(ctx, hub.Connected, waker.Subscribe()) },
 	} {
 		wg.Add(1)
 		go func() {
