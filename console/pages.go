@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nebulactrl/nebulactrl/api"
@@ -454,15 +455,22 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 			c.fail(w, r, s, err)
 			return
 		}
-		for _, e := range envs {
-			for _, sv := range svcs {
-				var t api.TargetView
-				if _, err := c.call(r, s.token, "GET", pp+"/environments/"+esc(e.Name)+"/services/"+esc(sv.Name), nil, &t); err != nil {
-					continue
-				}
-				if t.LatestDeployment != nil && !isTerminal(t.LatestDeployment.Status) {
-					d.InProgress = append(d.InProgress, progressRow{Project: p.Name, Env: e.Name, Service: sv.Name, D: *t.LatestDeployment})
-				}
+		// No route lists an organisation's deployments in progress: each
+		// service's latest deployment in each environment is read.
+		found := make([]*progressRow, len(envs)*len(svcs))
+		parallel(len(found), func(k int) {
+			e, sv := envs[k/len(svcs)], svcs[k%len(svcs)]
+			var t api.TargetView
+			if _, err := c.call(r, s.token, "GET", pp+"/environments/"+esc(e.Name)+"/services/"+esc(sv.Name), nil, &t); err != nil {
+				return
+			}
+			if t.LatestDeployment != nil && !isTerminal(t.LatestDeployment.Status) {
+				found[k] = &progressRow{Project: p.Name, Env: e.Name, Service: sv.Name, D: *t.LatestDeployment}
+			}
+		})
+		for _, f := range found {
+			if f != nil {
+				d.InProgress = append(d.InProgress, *f)
 			}
 		}
 	}
@@ -498,7 +506,35 @@ type cell struct {
 	Held         string
 }
 
+// matrixPage is how many services the project matrix shows at a time.
+const matrixPage = 50
+
+// parallel runs f(0..n-1) on a few goroutines: in-process API reads of a
+// page's cells, each with its own database round trips.
+func parallel(n int, f func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(n, 4) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
 type projectData struct {
+	// Next is the cursor of the next page of services; Paged says this is
+	// not the first page.
+	Next     string
+	Paged    bool
 	Project  query.Project
 	Envs     []query.Environment
 	Services []query.Service
@@ -514,7 +550,17 @@ func (c *Console) projectPage(w http.ResponseWriter, r *http.Request, s *session
 		d.Envs, err = list[query.Environment](c, r, s.token, pp+"/environments", 0)
 	}
 	if err == nil {
-		d.Services, err = list[query.Service](c, r, s.token, pp+"/services", 0)
+		// The matrix shows a page of services at a time (the API's own
+		// pages and cursor): every cell is a read of its own.
+		u := pp + "/services?limit=" + strconv.Itoa(matrixPage)
+		if cur := r.URL.Query().Get("cursor"); cur != "" {
+			u += "&cursor=" + url.QueryEscape(cur)
+			d.Paged = true
+		}
+		var pg api.Page[query.Service]
+		if _, err = c.call(r, s.token, "GET", u, nil, &pg); err == nil {
+			d.Services, d.Next = pg.Items, pg.Next
+		}
 	}
 	if err != nil {
 		c.fail(w, r, s, err)
@@ -524,19 +570,23 @@ func (c *Console) projectPage(w http.ResponseWriter, r *http.Request, s *session
 	if v.Can(string(domain.ScopeProjectsWrite)) && v.Can(string(domain.ScopeServersRead)) {
 		d.Clusters, _ = list[query.Cluster](c, r, s.token, "/api/v1/orgs/"+esc(r.PathValue("org"))+"/clusters", 0)
 	}
-	for _, sv := range d.Services {
-		var row []cell
-		for _, e := range d.Envs {
-			cl := cell{Env: e.Name, Service: sv.Name}
-			ep := pp + "/environments/" + esc(e.Name)
-			var t api.TargetView
-			if _, err := c.call(r, s.token, "GET", ep+"/services/"+esc(sv.Name), nil, &t); err == nil {
-				cl.Target = &t
-			}
-			row = append(row, cl)
+	d.Rows = make([][]cell, len(d.Services))
+	for i, sv := range d.Services {
+		d.Rows[i] = make([]cell, len(d.Envs))
+		for j, e := range d.Envs {
+			d.Rows[i][j] = cell{Env: e.Name, Service: sv.Name}
 		}
-		d.Rows = append(d.Rows, row)
 	}
+	parallel(len(d.Services)*max(len(d.Envs), 1), func(k int) {
+		if len(d.Envs) == 0 {
+			return
+		}
+		cl := &d.Rows[k/len(d.Envs)][k%len(d.Envs)]
+		var t api.TargetView
+		if _, err := c.call(r, s.token, "GET", pp+"/environments/"+esc(cl.Env)+"/services/"+esc(cl.Service), nil, &t); err == nil {
+			cl.Target = &t
+		}
+	})
 	// Held services, from each environment's desired state.
 	for j, e := range d.Envs {
 		var rev struct {

@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -188,6 +190,22 @@ func TestConsoleSecurity(t *testing.T) {
 	require.Contains(t, page, "projects:write")
 	require.Equal(t, http.StatusOK, apiCall(t, "GET", srv.URL+"/api/v1/orgs/acme/projects", admin, nil, &projects))
 	require.Len(t, projects.Items, 3)
+
+	// The project matrix shows 50 services at a time, following the API's
+	// pages.
+	for i := range 50 {
+		require.Equal(t, http.StatusCreated, apiCall(t, "POST", srv.URL+"/api/v1/orgs/acme/projects/shop/services", admin,
+			map[string]any{"name": fmt.Sprintf("svc-%02d", i), "image": "registry.example.com/api@sha256:" + strings.Repeat("b", 64)}, nil))
+	}
+	resp, page = ada.get("/o/acme/p/shop")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, 50, strings.Count(page, "<th scope=\"row\">"))
+	next := regexp.MustCompile(`href="(/o/acme/p/shop\?cursor=[^"]+)" id="next-services"`).FindStringSubmatch(page)
+	require.NotNil(t, next, "a link to the next services")
+	resp, page = ada.get(html.UnescapeString(next[1]))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, 1, strings.Count(page, "<th scope=\"row\">"))
+	require.NotContains(t, page, `id="next-services"`)
 
 	// Signing out revokes the session: its cookie no longer works.
 	resp, _ = ada.post("/signout", url.Values{"csrf": {token}}, nil)
