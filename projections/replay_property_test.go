@@ -292,5 +292,8 @@ func checkHistoryRebuilds(t *testing.T, b *bundle) {
 	require.NoError(t, rows.Err())
 	require.NotZero(t, releases, "the sequence made releases")
 	require.NotZero(t, diffs, "the sequence made revisions that record a change")
-	t.Logf("%d releases and %d revisions (%d of them changes) rebuilt", releases, revisions, diffs)
+	var rollbacks int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM deployments WHERE rollback`).Scan(&rollbacks))
+	require.NotZero(t, rollbacks, "the sequence rolled back to earlier releases")
+	t.Logf("%d releases, %d rollbacks and %d revisions (%d of them changes) rebuilt", releases, rollbacks, revisions, diffs)
 }
