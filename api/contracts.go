@@ -33,15 +33,18 @@ import (
 // cluster's; tokens in their user's.
 var resourceStreams = map[string]func(c *call) string{
 	"GET /api/v1/me":                                 func(c *call) string { return domain.UserStream(c.principal.UserID) },
+	"GET /api/v1/tokens/{token}":                     func(c *call) string { return domain.UserStream(c.principal.UserID) },
 	"DELETE /api/v1/tokens/{token}":                  func(c *call) string { return domain.UserStream(c.principal.UserID) },
 	"GET /api/v1/instance/settings":                  func(*call) string { return domain.InstanceStream() },
 	"PATCH /api/v1/instance/settings":                func(*call) string { return domain.InstanceStream() },
 	"PUT /api/v1/instance/settings":                  func(*call) string { return domain.InstanceStream() },
 	"GET " + orgPath:                                 orgStream,
+	"GET " + orgPath + "/members/{user}":             orgStream,
 	"PATCH " + orgPath + "/members/{user}":           orgStream,
 	"DELETE " + orgPath + "/members/{user}":          orgStream,
 	"GET " + clusterPath:                             clusterStream,
 	"DELETE " + clusterPath:                          clusterStream,
+	"GET " + clusterPath + "/join-tokens/{token}":    clusterStream,
 	"DELETE " + clusterPath + "/join-tokens/{token}": clusterStream,
 	"DELETE " + clusterPath + "/servers/{server}":    clusterStream,
 	"GET " + projectPath:                             projectStream,
@@ -56,6 +59,7 @@ var resourceStreams = map[string]func(c *call) string{
 	"DELETE " + envPath + "/variables/{name}":        projectStream,
 	"PUT " + targetPath + "/variables":               projectStream,
 	"DELETE " + targetPath + "/variables/{name}":     projectStream,
+	"GET " + targetPath + "/domains/{host}":          projectStream,
 	"DELETE " + targetPath + "/domains/{host}":       projectStream,
 	"GET " + envPath + "/changesets/{changeset}":     projectStream,
 }
@@ -67,6 +71,9 @@ func projectStream(c *call) string { return domain.ProjectStream(c.project.ID) }
 // lookedUpStreams are the resource streams that take a lookup: a
 // deployment's is its own, and "latest" names the newest.
 var lookedUpStreams = map[string]streamFunc{
+	"GET /api/v1/users/{user}": func(_ *API, r *http.Request, _ *call) (string, error) {
+		return domain.UserStream(r.PathValue("user")), nil
+	},
 	"GET " + targetPath + "/deployments/{deployment}": func(a *API, r *http.Request, c *call) (string, error) {
 		d, err := a.deploymentIn(r.Context(), a.pool, c, r.PathValue("deployment"))
 		if err != nil {
@@ -168,14 +175,17 @@ func (a *API) streamVersion(ctx context.Context, stream string) (int, error) {
 // --- Location --------------------------------------------------------------
 
 // location is where a created resource is: the collection the request was
-// posted to and the created thing's key.
+// posted to and the created thing's key, a path that a GET route of the
+// table answers (TestEveryLocationHasAGetRoute).
 func location(r *http.Request, body any) string {
 	collection := strings.TrimSuffix(r.URL.EscapedPath(), "/")
 	switch b := body.(type) {
 	case SetupResponse:
 		return "/api/v1/orgs/" + url.PathEscape(b.Organisation.Name)
 	case SessionResponse:
-		return collection + "/current"
+		// A session is the caller of /api/v1/me with its token (signing
+		// out is DELETE /api/v1/sessions/current).
+		return "/api/v1/me"
 	case CreatedToken:
 		return collection + "/" + url.PathEscape(b.ID)
 	case query.User:
@@ -196,6 +206,8 @@ func location(r *http.Request, body any) string {
 		return collection + "/" + url.PathEscape(b.Name)
 	case query.Domain:
 		return collection + "/" + url.PathEscape(b.Host)
+	case Backup:
+		return collection + "/" + url.PathEscape(b.Dump)
 	}
 	// Anything else is named by its id or name, as lists page by it.
 	if body != nil {
@@ -306,7 +318,8 @@ func (c *call) keysetPage() (string, error) {
 }
 
 // itemKey identifies an item of a list for the cursor: its id, user id,
-// host, name, number or sequence, whichever it has first.
+// host, name, number, sequence, server id or dump file name, whichever it
+// has first.
 func itemKey(item reflect.Value) string {
 	b, err := json.Marshal(item.Interface())
 	if err != nil {
@@ -316,7 +329,7 @@ func itemKey(item reflect.Value) string {
 	if json.Unmarshal(b, &fields) != nil {
 		return ""
 	}
-	for _, k := range []string{"id", "userId", "host", "name", "number", "seq", "serverId"} {
+	for _, k := range []string{"id", "userId", "host", "name", "number", "seq", "serverId", "dump"} {
 		if v, ok := fields[k]; ok && v != nil && v != "" {
 			return fmt.Sprint(v)
 		}

@@ -172,7 +172,7 @@ func TestIfMatch(t *testing.T) {
 }
 
 // Every 201 says where the created resource is, also when replayed, and
-// the place answers.
+// the place answers (without the secret a creation shows once).
 func TestLocationOfCreatedResources(t *testing.T) {
 	t.Parallel()
 	c, root := twoClusters(t)
@@ -201,6 +201,7 @@ func TestLocationOfCreatedResources(t *testing.T) {
 			var created struct {
 				ID     string `json:"id"`
 				UserID string `json:"userId"`
+				Secret string `json:"token"`
 			}
 			r.json(t, &created)
 			id := created.ID
@@ -209,6 +210,12 @@ func TestLocationOfCreatedResources(t *testing.T) {
 			}
 			require.NotEmpty(t, id)
 			require.Equal(t, tc.want+id, loc)
+			got := c.do("GET", loc, root, nil)
+			require.Equal(t, 200, got.status, "%s: %s", loc, got.body)
+			require.Contains(t, string(got.body), id)
+			if created.Secret != "" {
+				require.NotContains(t, string(got.body), created.Secret, "a secret is shown once, never read back")
+			}
 		}
 		replay := c.do("POST", tc.path, root, tc.body, "Idempotency-Key", tc.key)
 		require.Equal(t, 201, replay.status)
@@ -217,7 +224,24 @@ func TestLocationOfCreatedResources(t *testing.T) {
 	}
 	s := c.do("POST", "/api/v1/sessions", "", map[string]any{"email": "bob@example.com", "password": "correct horse battery"})
 	require.Equal(t, 201, s.status)
-	require.Equal(t, "/api/v1/sessions/current", s.header.Get("Location"))
+	require.Equal(t, "/api/v1/me", s.header.Get("Location"), "a session is the caller of /api/v1/me with its token")
+	var session struct {
+		Token string `json:"token"`
+	}
+	s.json(t, &session)
+	require.NotEmpty(t, session.Token)
+	me := c.do("GET", "/api/v1/me", session.Token, nil)
+	require.Equal(t, 200, me.status)
+	require.Contains(t, string(me.body), "bob@example.com")
+	// Someone else's token is not found, not shown.
+	var toks struct {
+		Items []struct {
+			ID string `json:"id"`
+		} `json:"items"`
+	}
+	c.do("GET", "/api/v1/tokens", root, nil).json(t, &toks)
+	require.NotEmpty(t, toks.Items)
+	require.Equal(t, 404, c.do("GET", "/api/v1/tokens/"+toks.Items[0].ID, session.Token, nil).status)
 }
 
 // Every list pages with limit and cursor: following next visits every item

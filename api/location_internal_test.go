@@ -1,0 +1,45 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Every Location a 201 can carry names a path that a GET route of the table
+// answers: no Location points at a collection item with nothing to read it.
+func TestEveryLocationHasAGetRoute(t *testing.T) {
+	t.Parallel()
+	routes := (&API{}).routeTable()
+	gets := http.NewServeMux()
+	for _, rt := range routes {
+		if rt.method == http.MethodGet {
+			gets.HandleFunc("GET "+rt.path, func(http.ResponseWriter, *http.Request) {})
+		}
+	}
+	// A created thing with every key a location can be made of.
+	keys := []byte(`{"id":"5b1c7c8e-1d2a-4e3f-9a0b-1c2d3e4f5a6b","userId":"5b1c7c8e-1d2a-4e3f-9a0b-1c2d3e4f5a6b",
+		"name":"thing","host":"www.example.com","dump":"nebulactrl-1.dump","organisation":{"name":"acme"}}`)
+	n := 0
+	for _, rt := range routes {
+		if rt.status != http.StatusCreated {
+			continue
+		}
+		n++
+		body := reflect.New(reflect.TypeOf(rt.response))
+		require.NoError(t, json.Unmarshal(keys, body.Interface()))
+		path := pathParam.ReplaceAllString(rt.path, "p")
+		loc := location(httptest.NewRequest(rt.method, path, nil), body.Elem().Interface())
+		require.NotEmpty(t, loc, "%s %s: a 201 without Location", rt.method, rt.path)
+		require.True(t, strings.HasPrefix(loc, "/api/v1/"), loc)
+		_, pattern := gets.Handler(httptest.NewRequest(http.MethodGet, loc, nil))
+		require.NotEmpty(t, pattern, "%s %s: its Location %s has no GET route", rt.method, rt.path, loc)
+		require.NotEqual(t, "GET "+rt.path, pattern, "%s %s: its Location %s is the collection, not the item", rt.method, rt.path, loc)
+	}
+	require.GreaterOrEqual(t, n, 12, "the routes that create")
+}
