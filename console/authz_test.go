@@ -79,6 +79,7 @@ func TestConsoleAuthorisationMatrix(t *testing.T) {
 		{"GET /o/{org}/p/{project}", "/o/acme/p/shop", nil, domain.ScopeProjectsRead},
 		{"POST /o/{org}/p/{project}/environments", "/o/acme/p/shop/environments", url.Values{"name": {""}}, domain.ScopeProjectsWrite},
 		{"POST /o/{org}/p/{project}/services", "/o/acme/p/shop/services", url.Values{"name": {""}}, domain.ScopeProjectsWrite},
+		{"GET /o/{org}/p/{project}/e/{env}", "/o/acme/p/shop/e/staging", nil, domain.ScopeProjectsRead},
 		{"GET /o/{org}/p/{project}/e/{env}/changesets", "/o/acme/p/shop/e/staging/changesets", nil, domain.ScopeProjectsRead},
 		{"GET /o/{org}/p/{project}/e/{env}/changesets/{changeset}", "/o/acme/p/shop/e/staging/changesets/" + missing, nil, domain.ScopeProjectsRead},
 		{"POST /o/{org}/p/{project}/e/{env}/changesets/{changeset}/{decision}", "/o/acme/p/shop/e/staging/changesets/" + missing + "/approve", url.Values{"version": {"1"}}, domain.ScopeApprovalsWrite},

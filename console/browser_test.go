@@ -439,6 +439,14 @@ func TestConsoleInChromium(t *testing.T) {
 	require.Contains(t, b.text("#deploys-paused"), "paused", "a roll back pauses automatic deploys")
 	require.True(t, b.has("#resume"))
 
+	// What ran in staging, and what changed since its first revision.
+	b.open("/o/acme/p/shop/e/staging?compare=1", "#ran")
+	require.Contains(t, b.text("#ran"), "api")
+	require.Contains(t, b.text("#revision-diff"), "api: ")
+	b.visit("environment")
+	b.open("/o/acme/p/shop/e/staging?at=2000-01-01T00:00:00Z", "#what-ran")
+	require.Contains(t, b.text("#problem"), "revision")
+
 	// A protected environment: the deploy waits in a change set that its
 	// requester cannot approve.
 	b.open("/o/acme/p/shop", "#new-env")

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/projections"
 	"github.com/nebulactrl/nebulactrl/query"
 	"github.com/nebulactrl/nebulactrl/telemetry"
 )
@@ -88,7 +90,8 @@ func (c *Console) parseTemplates() error {
 		"terminal": func(status string) bool {
 			return status == string(domain.StatusSucceeded) || status == string(domain.StatusFailed) || status == string(domain.StatusSuperseded)
 		},
-		"join": strings.Join,
+		"join":      strings.Join,
+		"auditLink": auditLink,
 	}
 	layout, err := templateFS.ReadFile("templates/layout.html")
 	if err != nil {
@@ -159,6 +162,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+p+"/environments", c.authed(c.createEnvironment))
 	m.HandleFunc("POST "+p+"/services", c.authed(c.createService))
 	e := p + "/e/{env}"
+	m.HandleFunc("GET "+e, c.authed(c.environmentPage))
 	m.HandleFunc("GET "+e+"/changesets", c.authed(c.changeSetsPage))
 	m.HandleFunc("GET "+e+"/changesets/{changeset}", c.authed(c.changeSetPage))
 	m.HandleFunc("POST "+e+"/changesets/{changeset}/{decision}", c.authed(c.decideChangeSet))
@@ -1053,4 +1057,167 @@ func (c *Console) logs(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	c.render(w, r, http.StatusOK, "logs", c.view(r, s, "Logs", &logsData{Lines: page.Lines, Self: consolePath(r) + "/logs"}, ""))
+}
+
+// auditLink is the console page of an audit log entry's target in the
+// organisation org ("" when it has none, or the name is not a path).
+func auditLink(org string, e query.AuditEntry) string {
+	parts := strings.Split(e.Target.Name, "/")
+	if len(parts) < 2 || parts[0] != org || slices.Contains(parts, "") {
+		return ""
+	}
+	p := func(segs ...string) string {
+		var b strings.Builder
+		for _, s := range segs {
+			b.WriteString("/" + url.PathEscape(s))
+		}
+		return b.String()
+	}
+	switch {
+	case e.Target.Kind == "project" && len(parts) == 2,
+		e.Target.Kind == "service" && len(parts) == 4:
+		return p("o", org, "p", parts[1])
+	case e.Target.Kind == "environment" && len(parts) == 3:
+		return p("o", org, "p", parts[1], "e", parts[2])
+	case e.Target.Kind == "deployment-target" && len(parts) == 4:
+		return p("o", org, "p", parts[1], "e", parts[2], "s", parts[3])
+	case e.Target.Kind == "deployment" && len(parts) == 4 && e.Target.ID != "":
+		return p("o", org, "p", parts[1], "e", parts[2], "s", parts[3], "d", e.Target.ID)
+	case e.Target.Kind == "changeset" && len(parts) == 3 && e.Target.ID != "":
+		return p("o", org, "p", parts[1], "e", parts[2], "changesets", e.Target.ID)
+	case (e.Target.Kind == "cluster" && len(parts) == 2) || (e.Target.Kind == "server" && len(parts) == 3):
+		return p("o", org, "servers")
+	}
+	return ""
+}
+
+type environmentData struct {
+	Project string
+	Env     query.Environment
+	// At, Revision and Compare are what the form asked for.
+	At, Revision, Compare string
+	Rev                   *projections.Revision
+	Other                 *projections.Revision
+	Diff                  []string
+	Missing               string
+}
+
+// environmentPage shows what ran in an environment: its latest revision,
+// revision N, or the one in force at a time, and what changed since another
+// revision (from the API's GET .../state).
+func (c *Console) environmentPage(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	d := environmentData{Project: r.PathValue("project"), At: q.Get("at"), Revision: q.Get("revision"), Compare: q.Get("compare")}
+	if _, err := c.call(r, s.token, "GET", apiPath(r), nil, &d.Env); err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	sel := url.Values{}
+	switch {
+	case d.At != "":
+		sel.Set("at", d.At)
+	case d.Revision != "":
+		sel.Set("revision", d.Revision)
+	}
+	var rev projections.Revision
+	status := http.StatusOK
+	v := c.view(r, s, "Environment "+d.Env.Name, &d, "")
+	if _, err := c.call(r, s.token, "GET", apiPath(r, "/state?"+sel.Encode()), nil, &rev); err != nil {
+		ae, ok := asAPIError(err)
+		if !ok || ae.Status >= 500 || ae.Status == http.StatusForbidden {
+			c.fail(w, r, s, err)
+			return
+		}
+		// No revision then, or a bad time: said on the page, with the form.
+		status, v.Problem = ae.Status, ae.Message
+		if ae.Status == http.StatusNotFound && sel.Encode() == "" {
+			status, v.Problem = http.StatusOK, "No revision yet: one is compiled when the environment's first service is deployed."
+		}
+	} else {
+		d.Rev = &rev
+	}
+	if d.Rev != nil && d.Compare != "" {
+		var other projections.Revision
+		if _, err := c.call(r, s.token, "GET", apiPath(r, "/state?revision="+url.QueryEscape(d.Compare)), nil, &other); err != nil {
+			if ae, ok := asAPIError(err); ok && ae.Status < 500 && ae.Status != http.StatusForbidden {
+				status, v.Problem = ae.Status, "Revision "+d.Compare+": "+ae.Message
+			} else {
+				c.fail(w, r, s, err)
+				return
+			}
+		} else {
+			d.Other = &other
+			d.Diff = documentDiff(other.Document, rev.Document)
+		}
+	}
+	c.render(w, r, status, "environment", v)
+}
+
+// documentDiff says, service by service, what changed from document a to
+// document b: release image, held, replicas, variables (secret values are
+// not compared: they are sealed), domains.
+func documentDiff(a, b desiredstate.Document) []string {
+	var out []string
+	old := map[string]desiredstate.Service{}
+	for _, s := range a.Services {
+		old[s.Name] = s
+	}
+	seen := map[string]bool{}
+	for _, n := range b.Services {
+		seen[n.Name] = true
+		o, ok := old[n.Name]
+		if !ok {
+			out = append(out, n.Name+": added")
+			continue
+		}
+		if img(o) != img(n) {
+			out = append(out, n.Name+": image "+img(o)+" → "+img(n))
+		}
+		if o.Held != n.Held || o.HeldReason != n.HeldReason {
+			out = append(out, fmt.Sprintf("%s: held %v → %v %s", n.Name, o.Held, n.Held, n.HeldReason))
+		}
+		reps := map[string]int{}
+		for _, p := range o.Processes {
+			reps[p.Name] = p.Replicas
+		}
+		for _, p := range n.Processes {
+			if r, ok := reps[p.Name]; !ok || r != p.Replicas {
+				out = append(out, fmt.Sprintf("%s: %s replicas %d → %d", n.Name, p.Name, reps[p.Name], p.Replicas))
+			}
+		}
+		vars := map[string]desiredstate.Variable{}
+		for _, v := range o.Variables {
+			vars[v.Name] = v
+		}
+		for _, v := range n.Variables {
+			ov, ok := vars[v.Name]
+			switch {
+			case !ok:
+				out = append(out, n.Name+": variable "+v.Name+" set")
+			case v.Secret == nil && ov.Secret == nil && ov.Value != v.Value:
+				out = append(out, n.Name+": variable "+v.Name+" changed")
+			}
+			delete(vars, v.Name)
+		}
+		for name := range vars {
+			out = append(out, n.Name+": variable "+name+" unset")
+		}
+		if strings.Join(o.Domains, " ") != strings.Join(n.Domains, " ") {
+			out = append(out, n.Name+": domains "+strings.Join(o.Domains, ", ")+" → "+strings.Join(n.Domains, ", "))
+		}
+	}
+	for _, o := range a.Services {
+		if !seen[o.Name] {
+			out = append(out, o.Name+": removed")
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func img(s desiredstate.Service) string {
+	if s.Release == nil {
+		return "none"
+	}
+	return fmt.Sprintf("release %d (%s)", s.Release.Number, s.Release.Image)
 }
