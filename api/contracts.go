@@ -319,8 +319,12 @@ func (c *call) keysetPage() (string, error) {
 
 // itemKey identifies an item of a list for the cursor: its id, user id,
 // host, name, number, sequence, server id or dump file name, whichever it
-// has first.
+// has first; or, for an item with none of them (or none unique), its
+// PageKey.
 func itemKey(item reflect.Value) string {
+	if k, ok := item.Interface().(interface{ PageKey() string }); ok {
+		return k.PageKey()
+	}
 	b, err := json.Marshal(item.Interface())
 	if err != nil {
 		return ""

@@ -311,6 +311,42 @@ func TestListsArePaged(t *testing.T) {
 	require.Equal(t, want[:3], got[:3])
 	require.Equal(t, want[3:], got[3:], "the pages after the cursor")
 
+	// A list paged by PageKey (variables: the same name may stand in two
+	// scopes): a variable added before the cursor and one after it, between
+	// pages, neither repeat nor skip a row that was there.
+	vars := func(names ...string) {
+		var in []map[string]any
+		for _, n := range names {
+			in = append(in, map[string]any{"name": n, "value": "1"})
+		}
+		require.Equal(t, 200, c.do("PUT", staging+"/variables", root, map[string]any{"variables": in}).status)
+	}
+	vars("V1", "V3", "V5", "V7")
+	var seen []string
+	next := ""
+	for page := 0; ; page++ {
+		path := staging + "/variables?limit=2"
+		if next != "" {
+			path += "&cursor=" + next
+		}
+		var p struct {
+			Items []query.Variable `json:"items"`
+			Next  string           `json:"next"`
+		}
+		c.do("GET", path, root, nil).json(t, &p)
+		for _, v := range p.Items {
+			seen = append(seen, v.Name)
+		}
+		if p.Next == "" {
+			break
+		}
+		next = p.Next
+		if page == 0 {
+			vars("V0", "V6")
+		}
+	}
+	require.Equal(t, []string{"V1", "V3", "V5", "V6", "V7"}, seen)
+
 	for _, bad := range []string{"?limit=0", "?limit=1001", "?limit=x", "?cursor=!!", "?cursor=e30x"} {
 		r := c.do("GET", "/api/v1/orgs/acme/projects"+bad, root, nil)
 		require.Equal(t, 400, r.status, bad)

@@ -43,3 +43,25 @@ func TestEveryLocationHasAGetRoute(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, n, 12, "the routes that create")
 }
+
+// Every list's items have a key the cursor can find them again by: an id,
+// a name or the like, or a PageKey for the items with none (workloads,
+// Kubernetes events, replica counts; variables, whose names repeat across
+// scopes). Without one a page would start at an offset, and rows added or
+// removed between pages would be skipped or repeated.
+func TestEveryListItemHasACursorKey(t *testing.T) {
+	t.Parallel()
+	n := 0
+	for _, rt := range (&API{}).routeTable() {
+		if !isList(rt) {
+			continue
+		}
+		n++
+		elem := reflect.TypeOf(rt.response).Elem()
+		item := reflect.New(elem)
+		require.NoError(t, json.Unmarshal([]byte(`{"id":"k","userId":"k","host":"k","name":"k","number":1,"seq":1,"serverId":"k","dump":"k"}`), item.Interface()))
+		_, keyed := item.Elem().Interface().(interface{ PageKey() string })
+		require.True(t, keyed || itemKey(item.Elem()) != "", "%s %s: the items (%s) have no key for the cursor", rt.method, rt.path, elem)
+	}
+	require.GreaterOrEqual(t, n, 20, "the lists")
+}

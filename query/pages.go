@@ -2,6 +2,7 @@ package query
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
@@ -86,3 +87,26 @@ func ChangeSetsAfter(ctx context.Context, q eventstore.Querier, envID, status, a
 	return list(ctx, q, "change sets of environment "+envID, scanChangeSet,
 		`SELECT `+changeSetColumns+` FROM changesets WHERE `+w.sql()+` ORDER BY opened_at DESC, id LIMIT `+lim, w.args...)
 }
+
+// The items of the lists paged in memory are found again by a key when
+// their next page is read (the cursor names the last item of a page). Most
+// have an id or a name; these have neither, and their key is what makes a
+// row of theirs unique.
+
+// PageKey identifies a workload: its service, release and process.
+func (w Workload) PageKey() string {
+	return w.Service + "/" + strconv.Itoa(w.Release) + "/" + w.Process
+}
+
+// PageKey identifies a Kubernetes event: its object and reason in its
+// namespace.
+func (e ClusterEvent) PageKey() string {
+	return e.Namespace + "/" + e.Object + "/" + e.Reason
+}
+
+// PageKey identifies a process's replica count: the process.
+func (p ProcessReplicas) PageKey() string { return p.Process }
+
+// PageKey identifies a variable: its scope and name (a service's list
+// merges the environment-wide ones).
+func (v Variable) PageKey() string { return v.Scope + "/" + v.Name }
