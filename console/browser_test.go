@@ -277,7 +277,12 @@ func (b *browser) fill(sel, value string) {
 // submit clicks a button and waits for the page that answers.
 func (b *browser) submit(button, waitFor string) {
 	b.t.Helper()
-	b.do(chromedp.Click(chromedp.CSS(button)), chromedp.WaitVisible(chromedp.CSS(waitFor)))
+	// The page that answers is a new document: wait for it, not for an
+	// element the page before also had.
+	eval[bool](b, "window.__before = true; true")
+	b.do(chromedp.Click(chromedp.CSS(button)))
+	b.waitJS("window.__before === undefined && document.readyState !== 'loading' && document.querySelector("+jsString(waitFor)+")", "the answer to "+button)
+	b.do(chromedp.WaitVisible(chromedp.CSS(waitFor)))
 	b.watchCSP()
 }
 
@@ -513,6 +518,20 @@ func TestConsoleInChromium(t *testing.T) {
 	b.visit("overview")
 	b.open("/o/acme/p/shop", "#matrix")
 	require.False(t, b.has("#new-service"))
+
+	// 320 CSS pixels wide (a phone, or 1280 pixels at 400 % zoom): every
+	// page reflows without scrolling sideways.
+	b.do(chromedp.EmulateViewport(320, 800))
+	for _, path := range []string{"/o/acme", "/o/acme/p/shop", "/o/acme/p/shop/e/staging/s/api", "/o/acme/p/shop/e/staging", "/o/acme/servers", "/o/acme/settings", "/me"} {
+		b.open(path, "main")
+		require.True(t, eval[bool](b, "document.documentElement.scrollWidth <= window.innerWidth"),
+			"%s scrolls sideways at 320 px: %d > %d, past the edge: %v", path, eval[int](b, "document.documentElement.scrollWidth"), eval[int](b, "window.innerWidth"),
+			eval[[]string](b, `[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > window.innerWidth + 0.5)
+				.slice(0, 8).map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))`))
+	}
+	b.open("/o/acme/p/shop/e/staging/s/api", "main")
+	b.visit("service-320px")
+	b.do(chromedp.EmulateReset())
 
 	var deps struct{ Items []map[string]any }
 	require.Equal(t, http.StatusOK, apiCall(t, "GET", srv.URL+"/api/v1/orgs/acme/projects/shop/environments/staging/services/api/deployments", admin, nil, &deps))
