@@ -61,6 +61,7 @@ var resourceStreams = map[string]func(c *call) string{
 	"DELETE " + targetPath + "/variables/{name}":     projectStream,
 	"GET " + targetPath + "/domains/{host}":          projectStream,
 	"DELETE " + targetPath + "/domains/{host}":       projectStream,
+	"PUT " + targetPath + "/replicas":                projectStream,
 	"GET " + envPath + "/changesets/{changeset}":     projectStream,
 }
 

@@ -65,3 +65,19 @@ func TestEveryListItemHasACursorKey(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, n, 20, "the lists")
 }
+
+// Every PATCH, PUT and DELETE of a resource honours If-Match (signing out
+// changes no resource): a route added without its stream in
+// resourceStreams would overwrite silently.
+func TestEveryChangeHonoursIfMatch(t *testing.T) {
+	t.Parallel()
+	for _, rt := range (&API{}).routeTable() {
+		switch rt.method {
+		case http.MethodPatch, http.MethodPut, http.MethodDelete:
+			if rt.path == "/api/v1/sessions/current" {
+				continue
+			}
+			require.True(t, honoursIfMatch(rt), "%s %s does not honour If-Match: name its stream in resourceStreams", rt.method, rt.path)
+		}
+	}
+}
