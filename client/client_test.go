@@ -271,3 +271,31 @@ func TestListsFollowEveryPage(t *testing.T) {
 	require.Empty(t, cl)
 	require.Equal(t, "[]", string(raw))
 }
+
+// A server whose pages do not advance (the same cursor again, or an empty
+// page with a next) gives an error, not a loop that never ends.
+func TestAListThatDoesNotAdvanceFails(t *testing.T) {
+	t.Parallel()
+	for name, page := range map[string]string{
+		"same cursor": `{"items":[{"name":"a"}],"next":"c1"}`,
+		"empty page":  `{"items":[],"next":"c2"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var n atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if n.Add(1) > 10 {
+					http.Error(w, "read for ever", http.StatusTeapot)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(page))
+			}))
+			defer srv.Close()
+			c, err := client.New(srv.URL, "token")
+			require.NoError(t, err)
+			_, err = c.Projects(t.Context(), "acme")
+			require.ErrorContains(t, err, "does not advance")
+			require.LessOrEqual(t, n.Load(), int32(2))
+		})
+	}
+}

@@ -53,6 +53,11 @@ func list[T any](ctx context.Context, c *Client, r request, max int) ([]T, error
 		if page.Next == "" || (max > 0 && len(items) >= max) {
 			break
 		}
+		// A server that gives an empty page or the same cursor again would
+		// keep this loop reading for ever.
+		if len(page.Items) == 0 || page.Next == q.Get("cursor") {
+			return nil, fmt.Errorf("GET %s gave a page that does not advance (cursor %q): the list cannot be read to its end", r.path, page.Next)
+		}
 		q.Set("cursor", page.Next)
 	}
 	raw, err := json.Marshal(items)
