@@ -103,7 +103,7 @@ func (a *API) upgradeServer(w http.ResponseWriter, r *http.Request, c *call) (in
 		return 0, nil, named(err, "server "+id)
 	}
 	upgradeID := uuid.NewString()
-	res, err := a.cmd.Server(ctx, commandContext(r, c), srv.OrgID, srv.ID, domain.RequestUpgrade{UpgradeID: upgradeID, To: a.cfg.Version,
+	res, err := a.cmd.Server(ctx, commandContext(r, c), srv.OrgID, srv.ID, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upgradeID, To: a.cfg.Version,
 		Binaries: reactions.BinaryHashes(a.agentBinaries()), Force: req.Force})
 	if err != nil {
 		return 0, nil, refusal(err)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/nebulactrl/nebulactrl/version"
 )
 
 // Agent upgrades: the control plane asks a connected agent to replace its
@@ -251,6 +249,9 @@ func or0(s, fallback string) string {
 // plane's version. Binaries maps each architecture the control plane
 // carries an agent binary for to its SHA-256 (hex).
 type RequestUpgrade struct {
+	// Versions orders release versions (the caller's semver library: the
+	// domain imports nothing but the standard library); required.
+	Versions  VersionOrder
 	UpgradeID string
 	To        string
 	Binaries  map[string]string
@@ -258,6 +259,11 @@ type RequestUpgrade struct {
 	Auto      bool
 	RolloutID string
 }
+
+// VersionOrder compares two versions: cmp < 0 when a is older than b, and
+// comparable false unless both are release versions (1.5.0; not dev or
+// 1.4.0-3-gabc1234).
+type VersionOrder func(a, b string) (cmp int, comparable bool)
 
 // ReportUpgradeResult is the agent's report of an upgrade it was asked for.
 type ReportUpgradeResult struct {
@@ -284,7 +290,7 @@ func (ExpireUpgrade) serverCommand()       {}
 // architecture to the SHA-256 of the binary the control plane serves.
 // Automatic and staged upgrades only take agents that are provably behind
 // (behind true).
-func (s *ServerLink) Eligible(to string, binaries map[string]string, force bool, now time.Time) (behind bool, err error) {
+func (s *ServerLink) Eligible(order VersionOrder, to string, binaries map[string]string, force bool, now time.Time) (behind bool, err error) {
 	switch {
 	case !s.Connected:
 		return false, refuseConflict(CodeServerOffline, "the server's agent is not connected")
@@ -293,7 +299,7 @@ func (s *ServerLink) Eligible(to string, binaries map[string]string, force bool,
 	case s.Version == to:
 		return false, refuseConflict(CodeAgentCurrent, "the agent already runs %s, the control plane's version", to)
 	}
-	c, comparable := version.Compare(s.Version, to)
+	c, comparable := order(s.Version, to)
 	if comparable && c > 0 {
 		return false, refuseConflict(CodeAgentNewer, "the agent (%s) is newer than the control plane (%s)", s.Version, to)
 	}
@@ -330,7 +336,10 @@ func (s *ServerLink) decideUpgrade(c RequestUpgrade, m Meta) (Decision, error) {
 	if s.Upgrade != nil && s.Upgrade.UpgradeID == c.UpgradeID {
 		return Decision{}, nil // the same request again
 	}
-	behind, err := s.Eligible(c.To, c.Binaries, c.Force, m.Now)
+	if c.Versions == nil {
+		return Decision{}, invalidf("an upgrade needs the order of versions")
+	}
+	behind, err := s.Eligible(c.Versions, c.To, c.Binaries, c.Force, m.Now)
 	if err != nil {
 		return Decision{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/version"
 )
 
 const (
@@ -50,7 +51,7 @@ func refusal(t *testing.T, s *domain.ServerLink, at time.Time, c domain.ServerCo
 
 func TestUpgradeRefusals(t *testing.T) {
 	t.Parallel()
-	req := domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins}
+	req := domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upg1, To: "1.5.0", Binaries: bins}
 	off := connected(t, "1.4.0", yes())
 	decideServer(t, off, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID})
 	require.Equal(t, domain.CodeServerOffline, refusal(t, off, now, req))
@@ -72,7 +73,7 @@ func TestUpgradeRefusals(t *testing.T) {
 
 func TestAutomaticUpgradeOnlyOfAProvablyBehindAgent(t *testing.T) {
 	t.Parallel()
-	auto := domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins, Auto: true}
+	auto := domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upg1, To: "1.5.0", Binaries: bins, Auto: true}
 	for _, v := range []string{"dev", "1.4.0-3-gabc1234"} {
 		require.Equal(t, domain.CodeAgentCurrent, refusal(t, connected(t, v, yes()), now, auto), v)
 	}
@@ -81,14 +82,14 @@ func TestAutomaticUpgradeOnlyOfAProvablyBehindAgent(t *testing.T) {
 	require.Len(t, ev, 1)
 	require.Equal(t, "server.agent.upgrade.auto", domain.Audit(ev[0]).Action)
 	// A person may upgrade a development build.
-	ev = decideServer(t, connected(t, "dev", yes()), now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins})
+	ev = decideServer(t, connected(t, "dev", yes()), now, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upg1, To: "1.5.0", Binaries: bins})
 	require.Equal(t, "server.agent.upgrade", domain.Audit(ev[0]).Action)
 }
 
 func TestUpgradeSucceedsWhenTheAgentReturnsWithTheTargetVersion(t *testing.T) {
 	t.Parallel()
 	s := connected(t, "1.4.0", yes())
-	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins, RolloutID: roll1})
+	decideServer(t, s, now, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upg1, To: "1.5.0", Binaries: bins, RolloutID: roll1})
 	decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Reason: "restarting"})
 	// The old version connecting again is not success.
 	ev := decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Connected: true, Version: "1.4.0", Upgradable: yes()})
@@ -104,7 +105,7 @@ func TestUpgradeSucceedsWhenTheAgentReturnsWithTheTargetVersion(t *testing.T) {
 func TestUpgradeFailsOnAReportOrATimeout(t *testing.T) {
 	t.Parallel()
 	s := connected(t, "1.4.0", yes())
-	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins})
+	decideServer(t, s, now, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upg1, To: "1.5.0", Binaries: bins})
 	require.Empty(t, decideServer(t, s, now, domain.ReportUpgradeResult{UpgradeID: upg1, OK: true}))
 	require.Empty(t, decideServer(t, s, now, domain.ReportUpgradeResult{UpgradeID: upg2, Step: "download", Error: "x"}), "another upgrade's report")
 	ev := decideServer(t, s, now, domain.ReportUpgradeResult{UpgradeID: upg1, Step: "verify", Error: "hash mismatch"})
@@ -114,7 +115,7 @@ func TestUpgradeFailsOnAReportOrATimeout(t *testing.T) {
 	require.Equal(t, "server.agent.upgrade.failed", domain.Audit(f).Action)
 	require.Contains(t, f.Message(), "hash mismatch")
 
-	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg2, To: "1.5.0", Binaries: bins})
+	decideServer(t, s, now, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upg2, To: "1.5.0", Binaries: bins})
 	require.Empty(t, decideServer(t, s, now.Add(9*time.Minute), domain.ExpireUpgrade{UpgradeID: upg2, Timeout: 10 * time.Minute}), "not due yet")
 	ev = decideServer(t, s, now.Add(10*time.Minute), domain.ExpireUpgrade{UpgradeID: upg2, Timeout: 10 * time.Minute})
 	require.Equal(t, domain.UpgradeTimedOut, ev[0].(domain.AgentUpgradeFailed).State)
@@ -124,7 +125,7 @@ func TestUpgradeFailsOnAReportOrATimeout(t *testing.T) {
 func TestARollbackIsLearnedFromTheFactsAndHeldFor24Hours(t *testing.T) {
 	t.Parallel()
 	s := connected(t, "1.4.0", yes())
-	decideServer(t, s, now, domain.RequestUpgrade{UpgradeID: upg1, To: "1.5.0", Binaries: bins})
+	decideServer(t, s, now, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upg1, To: "1.5.0", Binaries: bins})
 	// The upgrade times out first: the control plane was not told.
 	decideServer(t, s, now.Add(11*time.Minute), domain.ExpireUpgrade{UpgradeID: upg1, Timeout: 10 * time.Minute})
 	facts := &domain.UpgradeFacts{From: "1.4.0", To: "1.5.0", State: domain.UpgradeRolledBack, Reason: "crash loop: 3 starts without staying connected", At: now.Add(8 * time.Minute)}
@@ -135,7 +136,7 @@ func TestARollbackIsLearnedFromTheFactsAndHeldFor24Hours(t *testing.T) {
 	require.Equal(t, "The agent rolled the upgrade back: crash loop: 3 starts without staying connected", f.Message())
 	require.Len(t, decideServer(t, s, now.Add(13*time.Minute), connect), 1, "learned once")
 
-	req := domain.RequestUpgrade{UpgradeID: upg2, To: "1.5.0", Binaries: bins}
+	req := domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upg2, To: "1.5.0", Binaries: bins}
 	require.Equal(t, domain.CodeRolledBackRecently, refusal(t, s, now.Add(23*time.Hour), req))
 	auto := req
 	auto.Auto = true

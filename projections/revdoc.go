@@ -207,6 +207,12 @@ func applyRevision(objs map[string]json.RawMessage, rc domain.RevisionCompiled) 
 	return objs, nil
 }
 
+// Document is DocumentAt's document alone, for the reactions.
+func Document(ctx context.Context, q eventstore.Querier, envID string, n int) (desiredstate.Document, error) {
+	rev, err := DocumentAt(ctx, q, envID, n)
+	return rev.Document, err
+}
+
 // DocumentAt returns revision n of an environment (0: the latest), whole.
 // The objects valid at n come from the revisions read model; revisions
 // recorded but not projected yet are folded in from their events; the result

@@ -33,9 +33,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nebulactrl/nebulactrl/command"
+	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
-	"github.com/nebulactrl/nebulactrl/projections"
 )
 
 // SubscriptionName is the stable name of the reactions' subscription.
@@ -69,6 +69,10 @@ type Config struct {
 	BatchSize    int
 	// Upgrades configures the reactions of agent upgrades (upgrades.go).
 	Upgrades Upgrades
+	// Documents reads revision n of an environment's desired state, whole
+	// (projections.DocumentAt: the revision events record only changes);
+	// required. Reactions read it, they never write projections.
+	Documents func(ctx context.Context, q eventstore.Querier, envID string, n int) (desiredstate.Document, error)
 }
 
 // Reactions runs the reactions.
@@ -81,8 +85,8 @@ type Reactions struct {
 
 // New returns the reactions.
 func New(cfg Config) (*Reactions, error) {
-	if cfg.Store == nil || cfg.Commands == nil {
-		return nil, errors.New("reactions: needs an event store and a command handler")
+	if cfg.Store == nil || cfg.Commands == nil || cfg.Documents == nil {
+		return nil, errors.New("reactions: needs an event store, a command handler and a reader of revision documents")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -230,12 +234,11 @@ func clearDeployment(id string) []timerOp {
 func (r *Reactions) deliver(ctx context.Context, tx pgx.Tx, e eventstore.Event, rc domain.RevisionCompiled, c command.Context) error {
 	// The event records what changed; the whole document is rebuilt (and
 	// checked against the revision's hash).
-	rev, err := projections.DocumentAt(ctx, tx, rc.EnvironmentID, rc.Number)
+	doc, err := r.cfg.Documents(ctx, tx, rc.EnvironmentID, rc.Number)
 	if err != nil {
 		r.cfg.Logger.Error("reactions: a revision's document cannot be read", "environment", rc.EnvironmentID, "revision", rc.Number, "err", err)
 		return nil
 	}
-	doc := rev.Document
 	for _, s := range doc.Services {
 		cmd := domain.DeliverDeployment{ProjectID: rc.ProjectID, EnvironmentID: rc.EnvironmentID, ServiceID: s.ID,
 			ClusterID: doc.Environment.ClusterID, Revision: rc.Number}

@@ -15,7 +15,6 @@ import (
 	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
-	"github.com/nebulactrl/nebulactrl/transport"
 	"github.com/nebulactrl/nebulactrl/version"
 )
 
@@ -31,11 +30,30 @@ import (
 
 const timerUpgrade = "agent-upgrade"
 
-// UpgradeSender sends an agent_upgrade to a connected agent
-// (agentlink.Link.SendUpgrade); an error wrapping ErrServerOffline means
-// the agent is not connected to this replica.
+// AgentUpgrade is what an agent is asked to install: the wiring sends it as
+// the protocol's agent_upgrade frame (reactions never speak the protocol).
+type AgentUpgrade struct {
+	ID      string
+	Version string
+	SHA256  string
+	Force   bool
+}
+
+// UpgradeReport is an agent's answer to an AgentUpgrade; Step names the
+// step that failed.
+type UpgradeReport struct {
+	ID      string
+	Version string
+	OK      bool
+	Step    string
+	Error   string
+}
+
+// UpgradeSender sends an agent upgrade to a connected agent (the wiring
+// adapts agentlink.Link.SendUpgrade); an error wrapping the configured
+// Offline error means the agent is not connected to this replica.
 type UpgradeSender interface {
-	SendUpgrade(ctx context.Context, serverID string, u transport.AgentUpgrade) error
+	SendUpgrade(ctx context.Context, serverID string, u AgentUpgrade) error
 }
 
 // Upgrades configures the reactions of agent upgrades.
@@ -127,7 +145,7 @@ func (r *Reactions) autoUpgrade(ctx context.Context, tx pgx.Tx, e eventstore.Eve
 		return nil
 	}
 	id := domain.DeriveID(strconv.FormatInt(e.Position, 10), "auto-upgrade", d.ServerID)
-	_, err = r.cfg.Commands.Server(ctx, c, e.OrgID, d.ServerID, domain.RequestUpgrade{UpgradeID: id, To: target,
+	_, err = r.cfg.Commands.Server(ctx, c, e.OrgID, d.ServerID, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: id, To: target,
 		Binaries: BinaryHashes(r.cfg.Upgrades.Binaries), Auto: true})
 	return ignoreDecided(err, r.cfg.Logger, "upgrading the agent of server "+d.ServerID+" automatically")
 }
@@ -149,7 +167,7 @@ func (r *Reactions) sendUpgrade(ctx context.Context, tx pgx.Tx, e eventstore.Eve
 			Error: "this control plane has no link to its agents"})
 		return ignoreDecided(err, r.cfg.Logger, "failing upgrade "+d.UpgradeID)
 	}
-	err = r.send(ctx, d.ServerID, transport.AgentUpgrade{ID: d.UpgradeID, Version: d.To, SHA256: d.SHA256, Force: d.Force})
+	err = r.send(ctx, d.ServerID, AgentUpgrade{ID: d.UpgradeID, Version: d.To, SHA256: d.SHA256, Force: d.Force})
 	if r.cfg.Upgrades.Offline != nil && errors.Is(err, r.cfg.Upgrades.Offline) {
 		// The agent is connected to another replica (or just lost its
 		// connection): that replica's DeliverUpgrades sends it, or the
@@ -176,7 +194,7 @@ type upgradeSends struct {
 // send sends an agent_upgrade once per upgrade from this replica: it is
 // marked sent before it goes out, so that the reaction and DeliverUpgrades
 // never both send it, and unmarked when it could not be sent.
-func (r *Reactions) send(ctx context.Context, serverID string, u transport.AgentUpgrade) error {
+func (r *Reactions) send(ctx context.Context, serverID string, u AgentUpgrade) error {
 	r.sends.mu.Lock()
 	if r.sends.sent == nil || len(r.sends.sent) > 10_000 {
 		r.sends.sent = map[string]bool{}
@@ -201,7 +219,7 @@ func (r *Reactions) send(ctx context.Context, serverID string, u transport.Agent
 // whichever replica handles the batch, and the agent may be connected to
 // another, or connect again after a lost connection. It runs until ctx
 // ends, looking whenever wake fires and every few seconds.
-func (r *Reactions) DeliverUpgrades(ctx context.Context, connected func() []transport.Peer, wake <-chan struct{}) error {
+func (r *Reactions) DeliverUpgrades(ctx context.Context, connected func() []string, wake <-chan struct{}) error {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
@@ -214,13 +232,9 @@ func (r *Reactions) DeliverUpgrades(ctx context.Context, connected func() []tran
 		if r.cfg.Upgrades.Sender == nil {
 			continue
 		}
-		peers := connected()
-		if len(peers) == 0 {
+		ids := connected()
+		if len(ids) == 0 {
 			continue
-		}
-		ids := make([]string, len(peers))
-		for i, p := range peers {
-			ids[i] = p.ServerID
 		}
 		if err := r.deliverPending(ctx, ids); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Warn("reactions: delivering pending agent upgrades", "err", err)
@@ -259,7 +273,7 @@ func (r *Reactions) deliverPending(ctx context.Context, serverIDs []string) erro
 	}
 	for _, p := range todo {
 		d := p.req
-		err := r.send(ctx, p.server, transport.AgentUpgrade{ID: d.UpgradeID, Version: d.To, SHA256: d.SHA256, Force: d.Force})
+		err := r.send(ctx, p.server, AgentUpgrade{ID: d.UpgradeID, Version: d.To, SHA256: d.SHA256, Force: d.Force})
 		if err != nil && !(r.cfg.Upgrades.Offline != nil && errors.Is(err, r.cfg.Upgrades.Offline)) {
 			r.cfg.Logger.Warn("reactions: sending a pending agent upgrade", "server", p.server, "upgrade", d.UpgradeID, "err", err)
 		}
@@ -298,7 +312,7 @@ func (r *Reactions) advanceRollout(ctx context.Context, tx pgx.Tx, c command.Con
 	}
 	hashes := BinaryHashes(r.cfg.Upgrades.Binaries)
 	for _, s := range started.Servers[min(next, len(started.Servers)):] {
-		_, err := r.cfg.Commands.Server(ctx, c, orgID, s.ServerID, domain.RequestUpgrade{UpgradeID: domain.DeriveID(rolloutID, s.ServerID),
+		_, err := r.cfg.Commands.Server(ctx, c, orgID, s.ServerID, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: domain.DeriveID(rolloutID, s.ServerID),
 			To: r.cfg.Upgrades.Version, Binaries: hashes, RolloutID: rolloutID})
 		if err == nil {
 			return nil
@@ -330,7 +344,7 @@ func (r *Reactions) fireUpgrade(ctx context.Context, c command.Context, org stri
 // UpgradeResult records an agent's answer to an agent_upgrade (the agent
 // link's OnUpgradeResult): a failure ends the upgrade at once; success is
 // the agent connecting again with the new version.
-func (r *Reactions) UpgradeResult(ctx context.Context, serverID string, res transport.AgentUpgradeResult) {
+func (r *Reactions) UpgradeResult(ctx context.Context, serverID string, res UpgradeReport) {
 	if res.OK || domain.ValidateID("upgrade", res.ID) != nil {
 		return
 	}
@@ -342,31 +356,10 @@ func (r *Reactions) UpgradeResult(ctx context.Context, serverID string, res tran
 	}
 	c := command.Context{Actor: domain.Actor{Kind: domain.ActorAgent, ID: serverID, Name: name}}
 	_, err = r.cfg.Commands.Server(ctx, c, org, serverID, domain.ReportUpgradeResult{UpgradeID: res.ID, Version: res.Version, OK: res.OK,
-		Step: StepName(res.Step), Error: res.Error})
+		Step: res.Step, Error: res.Error})
 	if err != nil {
 		r.cfg.Logger.Warn("reactions: recording an upgrade result", "server", serverID, "upgrade", res.ID, "err", err)
 	}
-}
-
-// StepName names a step of the agent's upgrade.
-func StepName(step int) string {
-	switch step {
-	case transport.UpgradeStepDownload:
-		return "download"
-	case transport.UpgradeStepChecksum:
-		return "checksum"
-	case transport.UpgradeStepVersion:
-		return "--version check"
-	case transport.UpgradeStepKeep:
-		return "keeping the previous binary"
-	case transport.UpgradeStepReplace:
-		return "replacing the binary"
-	case transport.UpgradeStepRestart:
-		return "restart"
-	case 0:
-		return "start"
-	}
-	return "step " + strconv.Itoa(step)
 }
 
 // AttachAgents gives the reactions the way to the agents (the agent link,

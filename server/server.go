@@ -159,7 +159,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	react, err := reactions.New(reactions.Config{Store: store, Commands: cmd, Logger: log, Now: opts.Now,
+	react, err := reactions.New(reactions.Config{Store: store, Commands: cmd, Logger: log, Now: opts.Now, Documents: projections.Document,
 		ApprovalTTL: cfg.ApprovalTTL, StallTimeout: cfg.StallTimeout,
 		Upgrades: reactions.Upgrades{Version: opts.Version, Timeout: cfg.AgentUpgradeTimeout}})
 	if err != nil {
@@ -221,15 +221,17 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	registry.MustRegister(agentsConnected(func() int { return len(hub.Connected()) }))
 	link.Attach(hub)
-	// Agent upgrades go out over this replica's hub; the agents' answers
-	// come back through the link.
-	react.AttachAgents(link, agentlink.ErrServerOffline, link)
-	link.OnUpgradeResult = react.UpgradeResult
 	if opts.OnLink != nil {
 		opts.OnLink(link)
 	}
-	registry.MustRegister(agentsConnected(func() int { return len(hub.Connected()) }))
+	// Agent upgrades go out over this replica's hub; the agents' answers
+	// come back through the link.
+	react.AttachAgents(upgradeSender{link}, agentlink.ErrServerOffline, link)
+	link.OnUpgradeResult = func(ctx context.Context, serverID string, r transport.AgentUpgradeResult) {
+		react.UpgradeResult(ctx, serverID, reactions.UpgradeReport{ID: r.ID, Version: r.Version, OK: r.OK, Step: transport.StepName(r.Step), Error: r.Error})
+	}
 	sched, err := jobs.New(jobs.Config{Pool: pool, Replica: replica, Logger: log,
 		Jobs: append(backgroundJobs(store, pool, tel, opts.JobInterval), jobs.Job{Name: "fire-timers", Interval: time.Second,
 			Run: func(ctx context.Context) error { _, err := react.FireDue(ctx); return err }})})
@@ -248,7 +250,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		"agent-hub":   func(ctx context.Context) error { return refreshHub(ctx, hub, link, waker, log) },
 		// An agent upgrade whose agent is connected to this replica goes
 		// out from here, whichever replica reacted to the request.
-		"agent-upgrades": func(ctx context.Context) error { return react.DeliverUpgrades(ctx, hub.Connected, waker.Subscribe()) },
+		"agent-upgrades": func(ctx context.Context) error { return react.DeliverUpgrades(ctx, connectedServers(hub), waker.Subscribe()) },
 	} {
 		wg.Add(1)
 		go func() {
@@ -573,5 +575,26 @@ func backgroundJobs(store *eventstore.Store, pool *pgxpool.Pool, tel *telemetry.
 			_, err := tel.DropExpired(ctx)
 			return err
 		}},
+	}
+}
+
+// upgradeSender sends the reactions' agent upgrades as the protocol's
+// agent_upgrade frames over the agent link.
+type upgradeSender struct{ link *agentlink.Link }
+
+func (u upgradeSender) SendUpgrade(ctx context.Context, serverID string, up reactions.AgentUpgrade) error {
+	return u.link.SendUpgrade(ctx, serverID, transport.AgentUpgrade{ID: up.ID, Version: up.Version, SHA256: up.SHA256, Force: up.Force})
+}
+
+// connectedServers lists the servers whose agents are connected to this
+// replica's hub.
+func connectedServers(hub *transport.Hub) func() []string {
+	return func() []string {
+		peers := hub.Connected()
+		ids := make([]string, len(peers))
+		for i, p := range peers {
+			ids[i] = p.ServerID
+		}
+		return ids
 	}
 }

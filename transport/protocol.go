@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nebulactrl/nebulactrl/desiredstate"
@@ -153,6 +154,27 @@ const (
 	UpgradeStepReplace  = 5 // one atomic rename
 	UpgradeStepRestart  = 6 // report, wait for running commands, exit
 )
+
+// StepName names a step of the agent's upgrade.
+func StepName(step int) string {
+	switch step {
+	case UpgradeStepDownload:
+		return "download"
+	case UpgradeStepChecksum:
+		return "checksum"
+	case UpgradeStepVersion:
+		return "--version check"
+	case UpgradeStepKeep:
+		return "keeping the previous binary"
+	case UpgradeStepReplace:
+		return "replacing the binary"
+	case UpgradeStepRestart:
+		return "restart"
+	case 0:
+		return "start"
+	}
+	return "step " + strconv.Itoa(step)
+}
 
 // AgentUpgradeResult answers an AgentUpgrade: OK after step 5 (the binary
 // is replaced; the agent exits to restart when its running commands are

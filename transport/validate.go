@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/nebulactrl/nebulactrl/domain"
 )
 
 // Agent frames reach the control plane's tables (telemetry, server facts,
 // stages, outcomes): their strings are checked at the boundary like API
-// input (names, ids and versions by domain.ValidateText; free text from the
+// input (names, ids and versions by the rule of domain.ValidateText, which
+// transport cannot import: TestTextRuleIsTheDomains keeps them one; free text from the
 // cluster must be valid UTF-8 without NUL), so that nothing a projection or a table cannot store gets in. A
 // frame that breaks a rule is refused whole: the hub answers with an error
 // frame (code invalid_frame, naming the field) and closes the connection;
@@ -46,9 +45,24 @@ func (c *fieldCheck) text(field, s string, max int) {
 	if c.err != nil {
 		return
 	}
-	if err := domain.ValidateText(field, s, max); err != nil {
-		c.err = err
+	c.err = checkText(field, s, max)
+}
+
+// checkText is domain.ValidateText's rule: valid UTF-8, no NUL or other
+// control characters than tab and newline, at most max bytes.
+func checkText(field, s string, max int) error {
+	if len(s) > max {
+		return fmt.Errorf("%s is longer than %d bytes", field, max)
 	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%s is not valid UTF-8", field)
+	}
+	for _, r := range s {
+		if r < 0x20 && r != '\t' && r != '\n' || r == 0x7f {
+			return fmt.Errorf("%s contains a control character", field)
+		}
+	}
+	return nil
 }
 
 // free checks free text from the cluster (log output, event messages,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -46,4 +47,15 @@ func TestFrameRules(t *testing.T) {
 	require.NoError(t, transport.Hello{Version: "1.2.3", Arch: "arm64", Applied: map[string]int{"e": 3},
 		Facts: transport.Facts{Hostname: "node-1", OS: "linux", KubernetesVersion: "v1.31.0"}}.Validate())
 	require.NoError(t, transport.Status{Events: []transport.ClusterEvent{{Message: "Back-off\tpulling image\n"}}}.Validate())
+}
+
+// transport may not import domain (the layout test), so it holds its own
+// copy of the text rule; both must accept and refuse the same strings.
+func TestTextRuleIsTheDomains(t *testing.T) {
+	for _, s := range []string{"", "plain", "tab\there", "new\nline", "cr\rhere", "nul\x00", "del\x7f", "esc\x1b[0m",
+		"bad \xff", "cut \xe2\x82", "é ü 日本", "\u202e", "\u0085", strings.Repeat("x", 129)} {
+		want := domain.ValidateText("f", s, 128) == nil
+		got := transport.CheckText("f", s, 128) == nil
+		require.Equal(t, want, got, "%q", s)
+	}
 }

@@ -1,0 +1,4 @@
+package transport
+
+// CheckText exposes the frame text rule to the external tests.
+var CheckText = checkText
