@@ -337,11 +337,7 @@ Example:
    nebula org create acme`,
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeOrg)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeOrg)
 				if err != nil {
 					return err
 				}
@@ -391,11 +387,7 @@ Example:
 			flags: []cli.Flag{&cli.StringFlag{Name: "role", Value: "member", Usage: "owner, admin, member or viewer"}},
 			json:  true, nargs: 2,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeOrg)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeOrg)
 				if err != nil {
 					return err
 				}
@@ -421,11 +413,7 @@ Example:
    nebula member list acme`,
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeOrg)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeOrg)
 				if err != nil {
 					return err
 				}
@@ -449,11 +437,7 @@ Example:
    nebula member set-role acme grace@example.com viewer`,
 			json: true, nargs: 3,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeOrg)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeOrg)
 				if err != nil {
 					return err
 				}
@@ -480,11 +464,7 @@ Example:
    nebula member remove acme grace@example.com --yes`,
 			nargs: 2, destructive: true,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeOrg)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeOrg)
 				if err != nil {
 					return err
 				}

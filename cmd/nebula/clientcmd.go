@@ -134,48 +134,56 @@ func unknownCommand(c *cli.Context) error {
 // suggest returns the name of the command nearest to typed (by edit
 // distance, or the one it begins), or "" when none is near enough.
 func suggest(cmds []*cli.Command, typed string) string {
-	best, bestD := "", -1
+	var names []string
 	for _, c := range cmds {
 		if c.Hidden {
 			continue
 		}
 		for _, n := range c.Names() {
-			if n == "help" || n == "h" {
-				continue
-			}
-			d := editDistance(strings.ToLower(typed), n)
-			if len(typed) >= 2 && strings.HasPrefix(n, strings.ToLower(typed)) {
-				d = 1
-			}
-			if bestD < 0 || d < bestD {
-				best, bestD = n, d
+			if n != "help" && n != "h" {
+				names = append(names, n)
 			}
 		}
 	}
-	if bestD < 0 || bestD > max(2, len(typed)/3) {
-		return ""
-	}
-	return best
+	return nearest(names, typed, len(typed) >= 2, max(2, len(typed)/3))
 }
 
 // suggestFlag returns the flag nearest to typed (without dashes), written
 // with its dashes, or "" when none is near enough.
 func suggestFlag(flags []cli.Flag, typed string) string {
-	best, bestD := "", -1
+	var names []string
 	for _, f := range flags {
-		for _, n := range f.Names() {
-			if d := editDistance(strings.ToLower(typed), n); bestD < 0 || d < bestD {
-				best, bestD = n, d
-			}
-		}
+		names = append(names, f.Names()...)
 	}
-	if best == "" || bestD > max(1, len(typed)/3) {
+	best := nearest(names, typed, false, max(1, len(typed)/3))
+	switch {
+	case best == "":
 		return ""
-	}
-	if len(best) == 1 {
+	case len(best) == 1:
 		return "-" + best
 	}
 	return "--" + best
+}
+
+// nearest is the name at the least edit distance from typed (the first of
+// equals), "" when even that is over most; with prefixes, a name that
+// begins with typed counts as distance 1.
+func nearest(names []string, typed string, prefixes bool, most int) string {
+	typed = strings.ToLower(typed)
+	best, bestD := "", -1
+	for _, n := range names {
+		d := editDistance(typed, n)
+		if prefixes && strings.HasPrefix(n, typed) {
+			d = 1
+		}
+		if bestD < 0 || d < bestD {
+			best, bestD = n, d
+		}
+	}
+	if bestD < 0 || bestD > most {
+		return ""
+	}
+	return best
 }
 
 // editDistance is the Levenshtein distance of a and b, a transposition of
@@ -303,6 +311,17 @@ func (x *cmdCtx) address(i int, shape string) (address, error) {
 		return a, exitError{exitUsage, err}
 	}
 	return a, nil
+}
+
+// addressClient parses argument i and returns the client that reaches it:
+// what nearly every command does first.
+func (x *cmdCtx) addressClient(i int, shape string) (address, *client.Client, error) {
+	a, err := x.address(i, shape)
+	if err != nil {
+		return a, nil, err
+	}
+	cl, err := x.client()
+	return a, cl, err
 }
 
 // read calls the API, which fills *out, and prints *out in the output

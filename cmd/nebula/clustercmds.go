@@ -87,11 +87,7 @@ Example:
    nebula cluster list acme`,
 		json: true, nargs: 1,
 		run: func(x *cmdCtx) error {
-			a, err := x.address(0, shapeOrg)
-			if err != nil {
-				return err
-			}
-			cl, err := x.client()
+			a, cl, err := x.addressClient(0, shapeOrg)
 			if err != nil {
 				return err
 			}
@@ -137,11 +133,7 @@ Example:
    nebula cluster get acme/eu-1 -o yaml`,
 		json: true, nargs: 1,
 		run: func(x *cmdCtx) error {
-			a, err := x.address(0, shapeCluster)
-			if err != nil {
-				return err
-			}
-			cl, err := x.client()
+			a, cl, err := x.addressClient(0, shapeCluster)
 			if err != nil {
 				return err
 			}
@@ -183,11 +175,7 @@ Example:
    nebula cluster delete acme/eu-1 --yes`,
 		destructive: true, nargs: 1,
 		run: func(x *cmdCtx) error {
-			a, err := x.address(0, shapeCluster)
-			if err != nil {
-				return err
-			}
-			cl, err := x.client()
+			a, cl, err := x.addressClient(0, shapeCluster)
 			if err != nil {
 				return err
 			}
@@ -221,11 +209,7 @@ Example:
    nebula server list acme/eu-1`,
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeCluster)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeCluster)
 				if err != nil {
 					return err
 				}
@@ -250,11 +234,7 @@ Example:
    nebula server revoke acme/eu-1 3f1e2d4c-5b6a-4789-8c9d-0e1f2a3b4c5d --yes`,
 			destructive: true, nargs: 2,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeCluster)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeCluster)
 				if err != nil {
 					return err
 				}

@@ -124,11 +124,7 @@ Example:
 		flags: append([]cli.Flag{&cli.StringFlag{Name: "image", Usage: "the image to deploy (default: the service's image)"}}, waitFlags()...),
 		json:  true, nargs: 1,
 		run: func(x *cmdCtx) error {
-			a, err := x.address(0, shapeTarget)
-			if err != nil {
-				return err
-			}
-			cl, err := x.client()
+			a, cl, err := x.addressClient(0, shapeTarget)
 			if err != nil {
 				return err
 			}
@@ -188,11 +184,7 @@ Example:
    nebula releases acme/shop/production/api`,
 		json: true, nargs: 1,
 		run: func(x *cmdCtx) error {
-			a, err := x.address(0, shapeTarget)
-			if err != nil {
-				return err
-			}
-			cl, err := x.client()
+			a, cl, err := x.addressClient(0, shapeTarget)
 			if err != nil {
 				return err
 			}
@@ -230,11 +222,7 @@ Example:
 		flags: []cli.Flag{&cli.IntFlag{Name: "limit", Usage: "at most this many, newest first (default 50)"}},
 		json:  true, nargs: 1,
 		run: func(x *cmdCtx) error {
-			a, err := x.address(0, shapeTarget)
-			if err != nil {
-				return err
-			}
-			cl, err := x.client()
+			a, cl, err := x.addressClient(0, shapeTarget)
 			if err != nil {
 				return err
 			}
@@ -405,11 +393,7 @@ Example:
 			flags: []cli.Flag{&cli.StringFlag{Name: "status", Usage: "only open, approved, rejected or expired ones"}},
 			json:  true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeEnv)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeEnv)
 				if err != nil {
 					return err
 				}
@@ -453,11 +437,7 @@ Example:
    nebula changeset show acme/shop/production 5d0c1f5e-1b7a-4a5e-9a53-2f3a4e9b8c71`,
 			json: true, nargs: 2,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeEnv)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeEnv)
 				if err != nil {
 					return err
 				}
@@ -483,11 +463,7 @@ Example:
 			flags: []cli.Flag{&cli.IntFlag{Name: "version", Usage: "the version reviewed (default: the change set's present one)"}},
 			json:  true, nargs: 2,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeEnv)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeEnv)
 				if err != nil {
 					return err
 				}
@@ -520,11 +496,7 @@ Example:
 			flags: []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "why, for the audit log"}},
 			json:  true, nargs: 2,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeEnv)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeEnv)
 				if err != nil {
 					return err
 				}
@@ -670,11 +642,7 @@ Example:
 			flags: []cli.Flag{hours()},
 			json:  true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeCluster)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeCluster)
 				if err != nil {
 					return err
 				}
@@ -705,11 +673,7 @@ Example:
 				flags: []cli.Flag{hours()},
 				json:  true, nargs: 1,
 				run: func(x *cmdCtx) error {
-					a, err := x.address(0, shapeCluster)
-					if err != nil {
-						return err
-					}
-					cl, err := x.client()
+					a, cl, err := x.addressClient(0, shapeCluster)
 					if err != nil {
 						return err
 					}
@@ -732,11 +696,7 @@ Example:
    nebula cluster token list acme/eu-1`,
 				json: true, nargs: 1,
 				run: func(x *cmdCtx) error {
-					a, err := x.address(0, shapeCluster)
-					if err != nil {
-						return err
-					}
-					cl, err := x.client()
+					a, cl, err := x.addressClient(0, shapeCluster)
 					if err != nil {
 						return err
 					}
@@ -767,11 +727,7 @@ Example:
    nebula cluster token revoke acme/eu-1 3f1e2d4c-5b6a-4789-8c9d-0e1f2a3b4c5d --yes`,
 				nargs: 2, destructive: true,
 				run: func(x *cmdCtx) error {
-					a, err := x.address(0, shapeCluster)
-					if err != nil {
-						return err
-					}
-					cl, err := x.client()
+					a, cl, err := x.addressClient(0, shapeCluster)
 					if err != nil {
 						return err
 					}

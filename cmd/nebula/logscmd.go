@@ -26,11 +26,7 @@ Example:
 		},
 		json: true, nargs: 1,
 		run: func(x *cmdCtx) error {
-			a, err := x.address(0, shapeTarget)
-			if err != nil {
-				return err
-			}
-			cl, err := x.client()
+			a, cl, err := x.addressClient(0, shapeTarget)
 			if err != nil {
 				return err
 			}

@@ -48,11 +48,7 @@ Example:
 			&cli.BoolFlag{Name: "insecure", Usage: "allow a plain http:// URL to a host that is not loopback (secrets cross the network in clear)"}},
 		nargs: 1,
 		run: func(x *cmdCtx) error {
-			a, err := x.address(0, shapeCluster)
-			if err != nil {
-				return err
-			}
-			cl, err := x.client()
+			a, cl, err := x.addressClient(0, shapeCluster)
 			if err != nil {
 				return err
 			}

@@ -31,11 +31,7 @@ Example:
    nebula project create acme/shop`,
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeProject)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeProject)
 				if err != nil {
 					return err
 				}
@@ -54,11 +50,7 @@ Example:
    nebula project list acme`,
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeOrg)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeOrg)
 				if err != nil {
 					return err
 				}
@@ -82,11 +74,7 @@ Example:
    nebula project delete acme/shop --yes`,
 			nargs: 1, destructive: true,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeProject)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeProject)
 				if err != nil {
 					return err
 				}
@@ -156,11 +144,7 @@ Example:
    nebula env list acme/shop`,
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeProject)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeProject)
 				if err != nil {
 					return err
 				}
@@ -250,11 +234,7 @@ Example:
    nebula env delete acme/shop/staging --yes`,
 			nargs: 1, destructive: true,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeEnv)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeEnv)
 				if err != nil {
 					return err
 				}
@@ -466,11 +446,7 @@ Example:
    nebula service resume-deploys acme/shop/production/api`,
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeTarget)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeTarget)
 				if err != nil {
 					return err
 				}
@@ -495,11 +471,7 @@ Example:
    nebula service list acme/shop`,
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeProject)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeProject)
 				if err != nil {
 					return err
 				}
@@ -524,11 +496,7 @@ Example:
    nebula service delete acme/shop/worker --yes`,
 			nargs: 1, destructive: true,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeService)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeService)
 				if err != nil {
 					return err
 				}
@@ -676,11 +644,7 @@ Example:
    nebula var list acme/shop/production/api`,
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeEnvOrTarget)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeEnvOrTarget)
 				if err != nil {
 					return err
 				}
@@ -714,11 +678,7 @@ Example:
 				if len(x.args) < 2 {
 					return usagef("want %s KEY..., got %d argument(s)", shapeEnvOrTarget, len(x.args))
 				}
-				a, err := x.address(0, shapeEnvOrTarget)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeEnvOrTarget)
 				if err != nil {
 					return err
 				}
@@ -777,11 +737,7 @@ Example:
    nebula domain add acme/shop/production/web shop.example.com`,
 			json: true, nargs: 2,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeTarget)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeTarget)
 				if err != nil {
 					return err
 				}
@@ -817,11 +773,7 @@ Example:
    nebula domain remove acme/shop/production/web shop.example.com --yes`,
 			nargs: 2, destructive: true,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeTarget)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeTarget)
 				if err != nil {
 					return err
 				}
@@ -848,11 +800,7 @@ Example:
    nebula domain list acme/shop/production`,
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
-				a, err := x.address(0, shapeEnvOrTarget)
-				if err != nil {
-					return err
-				}
-				cl, err := x.client()
+				a, cl, err := x.addressClient(0, shapeEnvOrTarget)
 				if err != nil {
 					return err
 				}
