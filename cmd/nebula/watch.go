@@ -19,14 +19,14 @@ import (
 )
 
 // Exit codes of following a deployment (deploy --wait, rollback --wait,
-// deployments watch). 3, 4 and 5 also keep the meanings every command gives
-// them (not found, forbidden, conflict: output.go); 1 stays every other
-// error.
+// deployments watch): codes of their own, above the uniform ones
+// (output.go), so that a script tells a failed deployment from a service
+// that was not found; 1 stays every other error.
 const (
-	exitFailed     = 3
-	exitSuperseded = 4
-	exitTimedOut   = 5
 	exitApproval   = 6
+	exitFailed     = 7
+	exitSuperseded = 8
+	exitTimedOut   = 9
 )
 
 // exitCodesHelp is the part of --help that names them.
@@ -34,11 +34,14 @@ const exitCodesHelp = `Exit codes:
    0  the deployment succeeded (without --wait: it started)
    1  any other failure
    2  the command line is wrong, or the control plane refused a value (400, 422)
-   3  the deployment failed (the reason is printed), or what it names was not found
-   4  a newer deployment superseded it, or the token is missing, expired or lacks the scope
-   5  --timeout passed first (the deployment goes on), or a conflict (409)
+   3  what it names was not found (404)
+   4  the token is missing, expired or lacks the scope (401, 403)
+   5  a conflict (409, 412)
    6  the environment is protected: the change waits in a change set for
-      someone else's approval (its id and how to approve it are printed)`
+      someone else's approval (its id and how to approve it are printed)
+   7  the deployment failed (the reason is printed)
+   8  a newer deployment superseded it
+   9  --timeout passed first (the deployment goes on)`
 
 // defaultWaitTimeout is --timeout's default.
 const defaultWaitTimeout = 15 * time.Minute
@@ -51,7 +54,7 @@ func waitFlags() []cli.Flag {
 }
 
 func timeoutFlag() cli.Flag {
-	return &cli.DurationFlag{Name: "timeout", Value: defaultWaitTimeout, Usage: "give up waiting after this long (exit code 5)"}
+	return &cli.DurationFlag{Name: "timeout", Value: defaultWaitTimeout, Usage: "give up waiting after this long (exit code 9)"}
 }
 
 // streamIdle is how long a followed stream may stay silent before it is

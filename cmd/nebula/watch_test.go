@@ -247,10 +247,12 @@ func TestWaitForDeployments(t *testing.T) {
 
 	// --help names the exit codes.
 	help := c.ok("deploy", "--help")
-	for _, s := range []string{"3  the deployment failed", "4  a newer deployment superseded it", "5  --timeout passed", "6  the environment is protected"} {
+	for _, s := range []string{"3  what it names was not found", "6  the environment is protected", "7  the deployment failed", "8  a newer deployment superseded it", "9  --timeout passed"} {
 		require.Contains(t, help, s)
 	}
-	require.Contains(t, c.ok("deployments", "watch", "--help"), "5  --timeout passed")
+	require.Contains(t, c.ok("deployments", "watch", "--help"), "9  --timeout passed")
+	// No code means two things: the deployment's own are above the uniform ones.
+	require.Greater(t, exitFailed, max(exitUsage, exitNotFound, exitForbidden, exitConflict, exitApproval))
 }
 
 // A watch resumes after a lost connection with Last-Event-ID: every stage
