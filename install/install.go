@@ -558,6 +558,10 @@ var unitTmpl = template.Must(template.New("unit").Parse(`# /etc/systemd/system/n
 Description=NebulaCtrl agent
 Wants=network-online.target
 After=network-online.target
+# Never give up restarting: a new binary that crash-loops is rolled back by
+# the agent itself at its fourth start, which systemd's start limit must not
+# prevent.
+StartLimitIntervalSec=0
 
 [Service]
 EnvironmentFile=/etc/nebulactrl/agent.env

@@ -237,6 +237,9 @@ func TestSystemdUnitIsHardened(t *testing.T) {
 		"ProtectKernelTunables": "yes", "ProtectKernelModules": "yes", "ProtectKernelLogs": "yes", "ProtectControlGroups": "yes",
 		"RestrictNamespaces": "yes", "RestrictSUIDSGID": "yes", "LockPersonality": "yes", "MemoryDenyWriteExecute": "yes",
 		"SystemCallArchitectures": "native", "CapabilityBoundingSet": "", "UMask": "0077", "StateDirectory": "nebulactrl-agent",
+		// Restarted always, without a start limit: a crash-looping upgrade
+		// is rolled back by the agent at its fourth start.
+		"Restart": "always", "StartLimitIntervalSec": "0",
 	} {
 		require.Equal(t, want, one(k), k)
 	}
