@@ -297,13 +297,24 @@ func BinDir() (string, error) {
 	return filepath.Join(cache, "k8s-"+Version), nil
 }
 
+// Kubectl returns the path of the kubectl that scripts/build-k8s.sh built
+// (of the same version as the API server), for tests that run what a user
+// would type.
+func Kubectl() (string, error) {
+	dir, err := findBinaries()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "bin", "kubectl"), nil
+}
+
 func findBinaries() (string, error) {
 	dir, err := BinDir()
 	if err != nil {
 		return "", err
 	}
 	var missing []string
-	for _, b := range []string{"bin/etcd", "bin/kube-apiserver", "bin/kube-controller-manager", "bin/kube-scheduler", "bin/kwok", "kwok-stages.yaml"} {
+	for _, b := range []string{"bin/etcd", "bin/kube-apiserver", "bin/kube-controller-manager", "bin/kube-scheduler", "bin/kwok", "bin/kubectl", "kwok-stages.yaml"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			missing = append(missing, b)
 		}

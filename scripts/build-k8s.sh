@@ -2,7 +2,8 @@
 # Builds the real Kubernetes parts the agent's tests run against, from Go
 # modules only, into a cache outside the repository, once:
 #   kube-apiserver, kube-controller-manager, kube-scheduler (k8s.io/kubernetes),
-#   etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok), plus kwok's
+#   kubectl (the README's quick start is tested with it), etcd
+#   (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok), plus kwok's
 #   fast Stage definitions.
 # Prints the directory. About 12 minutes on 2 cores the first time.
 set -euo pipefail
@@ -27,6 +28,7 @@ build kwok kwok sigs.k8s.io/kwok/cmd/kwok
 build k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
 build k8s kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags"
 build k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$ldflags"
+build k8s kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags"
 
 if [ ! -s "$cache/kwok-stages.yaml" ]; then
   kwok_dir=$(cd "$root/tools/kwok" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
