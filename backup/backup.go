@@ -150,6 +150,8 @@ func pgCommand(ctx context.Context, binDir, tool, rawURL string, args ...string)
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, tool), append([]string{"--dbname=" + u.String()}, args...)...)
 	cmd.Env = env
+	// No /dev/null needed (a bare chroot has none): an empty input.
+	cmd.Stdin = strings.NewReader("")
 	cmd.WaitDelay = 5 * time.Second
 	return cmd, nil
 }

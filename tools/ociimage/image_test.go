@@ -24,7 +24,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/backup"
+	"github.com/nebulactrl/nebulactrl/pgtest"
 )
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // hello builds a small static program for arch that prints its name and
 // arguments, standing in for the real binaries (whose own tests are theirs).
@@ -215,6 +218,14 @@ func TestControlPlaneImage(t *testing.T) {
 	b, err = cmd.CombinedOutput()
 	require.NoError(t, err, "pg_dump runs inside the image with only its files: %s", b)
 	require.Contains(t, string(b), "pg_dump (PostgreSQL)")
+	// And dumps a real database from there, over TCP, as the non-root user.
+	cmd = exec.Command(pgDir+"/pg_dump", "--format=custom", "--dbname="+pgtest.URL(t))
+	cmd.SysProcAttr, cmd.Dir, cmd.Env, cmd.Stdin = asNonRoot, "/", cf.Config.Env, strings.NewReader("")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	dump, err := cmd.Output()
+	require.NoError(t, err, stderr.String())
+	require.True(t, bytes.HasPrefix(dump, []byte("PGDMP")), "a custom-format dump")
 }
 
 // The agent image is an index of amd64 and arm64, each with the binary at
