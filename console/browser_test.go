@@ -316,6 +316,30 @@ func (b *browser) post(path string, fields map[string]string, withToken bool) in
 	})()`, f, tok, tok, jsString(path)))
 }
 
+// screenshots is where the browser tests write their screenshots.
+func screenshots(t *testing.T) string {
+	t.Helper()
+	shots := os.Getenv("NEBULACTRL_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(shots, 0o755))
+	return shots
+}
+
+// startBrowser starts a headless Chromium of its own for the test.
+func startBrowser(t *testing.T, chrome, base, shots string) *browser {
+	t.Helper()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1280, 900))...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(cancel)
+	// The first run starts the browser, on a context without a deadline.
+	require.NoError(t, chromedp.Do(ctx))
+	return &browser{t: t, ctx: ctx, base: base, shots: shots}
+}
+
 // TestConsoleInChromium drives the console in headless Chromium against a
 // real control plane (real PostgreSQL, the real websocket hub, a real
 // in-process image registry), with an agent over the real protocol that
@@ -324,11 +348,7 @@ func (b *browser) post(path string, fields map[string]string, withToken bool) in
 // directory).
 func TestConsoleInChromium(t *testing.T) {
 	chrome := chromiumPath(t)
-	shots := os.Getenv("NEBULACTRL_SCREENSHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	}
-	require.NoError(t, os.MkdirAll(shots, 0o755))
+	shots := screenshots(t)
 	regHost := startRegistry(t)
 	bins := t.TempDir()
 	for _, arch := range agentbin.Arches {
@@ -341,14 +361,7 @@ func TestConsoleInChromium(t *testing.T) {
 		require.Equal(t, http.StatusCreated, apiCall(t, "POST", srv.URL+"/api/v1/orgs/acme/members", admin, map[string]any{"email": u.email, "role": u.role}, nil))
 	}
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1280, 900))...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(cancel)
-	// The first run starts the browser, on a context without a deadline.
-	require.NoError(t, chromedp.Do(ctx))
-	b := &browser{t: t, ctx: ctx, base: srv.URL, shots: shots}
+	b := startBrowser(t, chrome, srv.URL, shots)
 
 	// Sign in; the overview's empty states tell the next step.
 	b.open("/", "#signin-form")
@@ -411,7 +424,7 @@ func TestConsoleInChromium(t *testing.T) {
 	b.waitJS(`document.querySelector('#stream-state').innerText.includes('Following')`, "the page follows the deployment")
 	time.Sleep(300 * time.Millisecond) // the stream is open before the first stage
 	agent.rollout(d, 150*time.Millisecond)
-	b.waitJS(`document.querySelector('#dep-status').innerText === 'succeeded'`, "the deployment succeeds on the page")
+	b.waitJS(`document.querySelector('#dep-status').innerText === 'succeeded' && document.querySelector('#stages').innerText.includes('succeeded')`, "the deployment succeeds on the page")
 	require.True(t, eval[bool](b, "window.__sameDocument === true"), "the stages arrived without a reload")
 	stages := b.text("#stages")
 	for _, s := range []string{"starting", "probing", "switching", "retiring", "succeeded"} {

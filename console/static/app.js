@@ -30,10 +30,6 @@
     return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
   }
 
-  function terminal(status) {
-    return status === "succeeded" || status === "failed" || status === "superseded";
-  }
-
   function setText(id, text) {
     var e = document.getElementById(id);
     if (e) { e.textContent = text; }
@@ -76,7 +72,9 @@
         if (s.detail) { li.appendChild(document.createTextNode(" · " + s.detail)); }
         list.appendChild(li);
       }
-      if (s.terminal || terminal(s.status)) {
+      // Only the stage that ends the deployment ends the stream (a replayed
+      // earlier stage already carries the deployment's final status).
+      if (s.terminal) {
         es.close();
         if (state) { state.textContent = "This deployment has ended."; }
       }
