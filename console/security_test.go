@@ -207,6 +207,18 @@ func TestConsoleSecurity(t *testing.T) {
 	require.Equal(t, 1, strings.Count(page, "<th scope=\"row\">"))
 	require.NotContains(t, page, `id="next-services"`)
 
+	// Switching organisation: the header lists them once there are two.
+	require.Equal(t, http.StatusCreated, apiCall(t, "POST", srv.URL+"/api/v1/orgs", admin, map[string]any{"name": "beta"}, nil))
+	_, page = ada.get("/me")
+	require.Contains(t, page, `<option value="beta"`)
+	resp, _ = ada.get("/switch?org=beta")
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/o/beta", resp.Header.Get("Location"))
+	resp, _ = ada.get("/switch?org=nope")
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	resp, _ = vic.get("/switch?org=beta")
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "not a member of beta")
+
 	// Signing out revokes the session: its cookie no longer works.
 	resp, _ = ada.post("/signout", url.Values{"csrf": {token}}, nil)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
