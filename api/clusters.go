@@ -150,16 +150,11 @@ func (a *API) createJoinToken(w http.ResponseWriter, r *http.Request, c *call) (
 	if err := a.settle(ctx, res); err != nil {
 		return 0, nil, err
 	}
-	toks, err := query.JoinTokens(ctx, a.pool, c.cluster.ID)
+	t, err := a.joinTokenOf(ctx, c, jt.TokenID)
 	if err != nil {
 		return 0, nil, err
 	}
-	for _, t := range toks {
-		if t.ID == jt.TokenID {
-			return http.StatusCreated, CreatedJoinToken{JoinToken: t, Token: secret}, nil
-		}
-	}
-	return 0, nil, notFound("join token")
+	return http.StatusCreated, CreatedJoinToken{JoinToken: t, Token: secret}, nil
 }
 
 func (a *API) revokeJoinToken(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {

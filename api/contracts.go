@@ -269,9 +269,11 @@ func pageSchemaName(list any) string {
 }
 
 // cursor is where a page starts: after the item with key Key, which was at
-// Offset; when that item is gone, at Offset.
+// Offset; when that item is gone, at the item Next that followed it; when
+// both are gone, at Offset.
 type cursor struct {
 	Key    string `json:"k"`
+	Next   string `json:"n,omitempty"`
 	Offset int    `json:"o"`
 }
 
@@ -349,10 +351,19 @@ func paginate(list any, p pageRequest) any {
 	start := 0
 	if p.after != nil {
 		start = min(p.after.Offset, n)
+		found := false
 		if p.after.Key != "" {
 			for i := 0; i < n; i++ {
 				if itemKey(v.Index(i)) == p.after.Key {
-					start = i + 1
+					start, found = i+1, true
+					break
+				}
+			}
+		}
+		if !found && p.after.Next != "" {
+			for i := 0; i < n; i++ {
+				if itemKey(v.Index(i)) == p.after.Next {
+					start = i
 					break
 				}
 			}
@@ -363,7 +374,7 @@ func paginate(list any, p pageRequest) any {
 	items = reflect.AppendSlice(items, v.Slice(start, end))
 	next := ""
 	if end < n && end > start {
-		next = cursor{Key: itemKey(v.Index(end - 1)), Offset: end}.encode()
+		next = cursor{Key: itemKey(v.Index(end - 1)), Next: itemKey(v.Index(end)), Offset: end}.encode()
 	}
 	page := reflect.New(reflect.TypeOf(pageSchema(list))).Elem()
 	page.Field(0).Set(items)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -186,6 +187,8 @@ func TestLocationOfCreatedResources(t *testing.T) {
 		{"/api/v1/orgs/acme/projects", "p", map[string]any{"name": "web"}, "/api/v1/orgs/acme/projects/web", true},
 		{"/api/v1/orgs/acme/clusters", "c", map[string]any{"name": "us-1"}, "/api/v1/orgs/acme/clusters/us-1", true},
 		{"/api/v1/orgs/acme/projects/web/environments", "e", map[string]any{"name": "prod", "cluster": "us-1"}, "/api/v1/orgs/acme/projects/web/environments/prod", true},
+		{"/api/v1/orgs/acme/projects/shop/services", "s", map[string]any{"name": "api", "image": "registry.example.com/api@sha256:" + strings.Repeat("a", 64)}, "/api/v1/orgs/acme/projects/shop/services/api", true},
+		{staging + "/services/api/domains", "d", map[string]any{"host": "API.Example.com"}, staging + "/services/api/domains/api.example.com", true},
 		{"/api/v1/orgs/acme/clusters/us-1/join-tokens", "j", map[string]any{"expiresInHours": 1}, "/api/v1/orgs/acme/clusters/us-1/join-tokens/", false},
 		{"/api/v1/tokens", "t", map[string]any{"name": "ci", "scopes": []string{"projects:read"}}, "/api/v1/tokens/", false},
 		{"/api/v1/users", "u", map[string]any{"email": "bob@example.com", "password": "correct horse battery"}, "/api/v1/users/", false},
@@ -310,6 +313,22 @@ func TestListsArePaged(t *testing.T) {
 	})
 	require.Equal(t, want[:3], got[:3])
 	require.Equal(t, want[3:], got[3:], "the pages after the cursor")
+
+	// The cursor's own item deleted between pages: the next page starts at
+	// the item that followed it.
+	all = nil
+	c.do("GET", "/api/v1/orgs/acme/projects", root, nil).items(t, &all)
+	want = want[:0]
+	for _, p := range all {
+		want = append(want, p.Name)
+	}
+	got = follow(3, func(n int) {
+		if n == 0 {
+			require.Equal(t, 204, c.do("DELETE", "/api/v1/orgs/acme/projects/"+want[2], root, nil).status)
+		}
+	})
+	require.Equal(t, want[:3], got[:3])
+	require.Equal(t, want[3:], got[3:], "nothing after the deleted cursor item is skipped")
 
 	// A list paged by PageKey (variables: the same name may stand in two
 	// scopes): a variable added before the cursor and one after it, between

@@ -116,7 +116,7 @@ func TestBodiesMediaTypesAndMethods(t *testing.T) {
 	for _, tc := range []struct{ method, path, allow string }{
 		{"PUT", "/api/v1/orgs/acme/projects", "GET, HEAD, POST"},
 		{"POST", "/api/v1/me", "GET, HEAD"},
-		{"PATCH", "/api/v1/tokens/" + "3f0b6a0e-0000-4000-8000-000000000000", "DELETE"},
+		{"PATCH", "/api/v1/tokens/" + "3f0b6a0e-0000-4000-8000-000000000000", "GET, HEAD, DELETE"},
 		{"DELETE", "/api/v1/setup", "POST"},
 	} {
 		r := c.do(tc.method, tc.path, root, nil)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -49,32 +50,44 @@ func (a *API) getMember(w http.ResponseWriter, r *http.Request, c *call) (int, a
 
 // getJoinToken is one join token of a cluster (never its secret).
 func (a *API) getJoinToken(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	id := r.PathValue("token")
-	toks, err := query.JoinTokens(r.Context(), a.pool, c.cluster.ID)
+	t, err := a.joinTokenOf(r.Context(), c, r.PathValue("token"))
+	return http.StatusOK, t, err
+}
+
+// joinTokenOf is a join token of the call's cluster, by id.
+func (a *API) joinTokenOf(ctx context.Context, c *call, id string) (query.JoinToken, error) {
+	toks, err := query.JoinTokens(ctx, a.pool, c.cluster.ID)
 	if err != nil {
-		return 0, nil, err
+		return query.JoinToken{}, err
 	}
 	for _, t := range toks {
 		if t.ID == id {
-			return http.StatusOK, t, nil
+			return t, nil
 		}
 	}
-	return 0, nil, notFound("join token " + id)
+	return query.JoinToken{}, notFound("join token " + id)
 }
 
 // getDomain is one host name routed to a service in an environment.
 func (a *API) getDomain(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	host := strings.ToLower(r.PathValue("host"))
-	ds, err := query.Domains(r.Context(), a.pool, c.env.ID, c.service.ID)
+	d, err := a.domainOf(r.Context(), c, r.PathValue("host"))
+	return http.StatusOK, d, err
+}
+
+// domainOf is a host name routed in the call's environment (to the call's
+// service, when it names one).
+func (a *API) domainOf(ctx context.Context, c *call, host string) (query.Domain, error) {
+	host = strings.ToLower(host)
+	ds, err := query.Domains(ctx, a.pool, c.env.ID, c.service.ID)
 	if err != nil {
-		return 0, nil, err
+		return query.Domain{}, err
 	}
 	for _, d := range ds {
 		if d.Host == host {
-			return http.StatusOK, d, nil
+			return d, nil
 		}
 	}
-	return 0, nil, notFound("domain " + host)
+	return query.Domain{}, notFound("domain " + host)
 }
 
 // getBackup is one control-plane backup, by its dump's file name

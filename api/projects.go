@@ -430,32 +430,17 @@ func (a *API) addDomain(w http.ResponseWriter, r *http.Request, c *call) (int, a
 	if cs, err := a.changeSetOf(ctx, res); cs != nil || err != nil {
 		return http.StatusAccepted, cs, err
 	}
-	ds, err := query.Domains(ctx, a.pool, c.env.ID, c.service.ID)
-	if err != nil {
-		return 0, nil, err
-	}
-	for _, d := range ds {
-		if d.Host == host {
-			return http.StatusCreated, d, nil
-		}
-	}
-	return 0, nil, notFound("domain " + host)
+	d, err := a.domainOf(ctx, c, host)
+	return http.StatusCreated, d, err
 }
 
 func (a *API) removeDomain(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	ctx := r.Context()
-	host := r.PathValue("host")
-	ds, err := query.Domains(ctx, a.pool, c.env.ID, c.service.ID)
+	d, err := a.domainOf(ctx, c, r.PathValue("host"))
 	if err != nil {
 		return 0, nil, err
 	}
-	found := false
-	for _, d := range ds {
-		found = found || d.Host == host
-	}
-	if !found {
-		return 0, nil, notFound("domain " + host)
-	}
+	host := d.Host
 	res, err := a.projectCommand(ctx, r, c, domain.RemoveDomain{EnvironmentID: c.env.ID, Host: host})
 	if err != nil {
 		return 0, nil, err
