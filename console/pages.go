@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
@@ -21,6 +22,11 @@ import (
 	"github.com/nebulactrl/nebulactrl/query"
 	"github.com/nebulactrl/nebulactrl/telemetry"
 )
+
+// noticeCookie carries the notice of an action to the page it redirects to.
+const noticeCookie = "nebulactrl_notice"
+
+type noticeKey struct{}
 
 // view is what every page's template gets.
 type view struct {
@@ -217,6 +223,13 @@ func (c *Console) authed(h func(w http.ResponseWriter, r *http.Request, s *sessi
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Vary", "Cookie, HX-Request")
+		if ck, err := r.Cookie(noticeCookie); err == nil && r.Method == http.MethodGet && r.Header.Get("HX-Request") == "" {
+			// The notice of the action that sent the browser here, shown once.
+			if n, err := url.QueryUnescape(ck.Value); err == nil && len(n) < 300 {
+				r = r.WithContext(context.WithValue(r.Context(), noticeKey{}, n))
+			}
+			http.SetCookie(w, &http.Cookie{Name: noticeCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: c.secure(r), SameSite: http.SameSiteStrictMode})
+		}
 		if org := r.PathValue("org"); org != "" && !slices.ContainsFunc(s.me.Organisations, func(o query.Organisation) bool { return o.Name == org }) {
 			// As in the API: to a non-member the organisation does not exist.
 			c.render(w, r, http.StatusNotFound, "error", c.view(r, s, "Not found", nil, "There is no organisation "+strconv.Quote(org)+"."))
@@ -243,7 +256,7 @@ func (c *Console) view(r *http.Request, s *session, title string, data any, prob
 			}
 		}
 	}
-	if n := r.URL.Query().Get("notice"); n != "" && len(n) < 300 {
+	if n, ok := r.Context().Value(noticeKey{}).(string); ok {
 		v.Notice = n
 	}
 	return v
@@ -288,9 +301,13 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, err e
 
 // done sends the browser back to a page after an action (303, so a reload
 // does not repeat it), with a notice.
-func done(w http.ResponseWriter, r *http.Request, to, notice string) {
+//
+// The notice travels in a short-lived cookie, not in the address: a link
+// made elsewhere cannot put words on a console page.
+func (c *Console) done(w http.ResponseWriter, r *http.Request, to, notice string) {
 	if notice != "" {
-		to += "?notice=" + url.QueryEscape(notice)
+		http.SetCookie(w, &http.Cookie{Name: noticeCookie, Value: url.QueryEscape(notice), Path: "/", MaxAge: 60, HttpOnly: true,
+			Secure: c.secure(r), SameSite: http.SameSiteStrictMode})
 	}
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
@@ -500,7 +517,7 @@ func (c *Console) createProject(w http.ResponseWriter, r *http.Request, s *sessi
 		c.fail(w, r, s, err)
 		return
 	}
-	done(w, r, "/o/"+esc(r.PathValue("org"))+"/p/"+esc(name), "Project "+name+" created.")
+	c.done(w, r, "/o/"+esc(r.PathValue("org"))+"/p/"+esc(name), "Project "+name+" created.")
 }
 
 // cell is one environment × service of the project matrix.
@@ -628,7 +645,7 @@ func (c *Console) createEnvironment(w http.ResponseWriter, r *http.Request, s *s
 		c.fail(w, r, s, err)
 		return
 	}
-	done(w, r, consolePath(r), "Environment "+req.Name+" created.")
+	c.done(w, r, consolePath(r), "Environment "+req.Name+" created.")
 }
 
 func (c *Console) createService(w http.ResponseWriter, r *http.Request, s *session) {
@@ -645,7 +662,7 @@ func (c *Console) createService(w http.ResponseWriter, r *http.Request, s *sessi
 		c.fail(w, r, s, err)
 		return
 	}
-	done(w, r, consolePath(r), "Service "+req.Name+" created.")
+	c.done(w, r, consolePath(r), "Service "+req.Name+" created.")
 }
 
 // consolePath is the console page of what the request's path names.
@@ -719,12 +736,12 @@ func (c *Console) deploy(w http.ResponseWriter, r *http.Request, s *session) {
 func (c *Console) afterDeploy(w http.ResponseWriter, r *http.Request, out api.DeployResponse) {
 	switch {
 	case out.Deployment != nil:
-		done(w, r, consolePath(r)+"/d/"+esc(out.Deployment.ID), "")
+		c.done(w, r, consolePath(r)+"/d/"+esc(out.Deployment.ID), "")
 	case out.ChangeSet != nil:
 		p := consolePath(r)
-		done(w, r, p[:strings.LastIndex(p, "/s/")]+"/changesets/"+esc(out.ChangeSet.ID), "The environment is protected: the change waits for approval by someone else.")
+		c.done(w, r, p[:strings.LastIndex(p, "/s/")]+"/changesets/"+esc(out.ChangeSet.ID), "The environment is protected: the change waits for approval by someone else.")
 	default:
-		done(w, r, consolePath(r), "Done.")
+		c.done(w, r, consolePath(r), "Done.")
 	}
 }
 
@@ -747,7 +764,7 @@ func (c *Console) resume(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, s, err)
 		return
 	}
-	done(w, r, consolePath(r), "Automatic deploys resumed.")
+	c.done(w, r, consolePath(r), "Automatic deploys resumed.")
 }
 
 type deploymentData struct {
@@ -822,7 +839,7 @@ func (c *Console) decideChangeSet(w http.ResponseWriter, r *http.Request, s *ses
 		c.fail(w, r, s, err)
 		return
 	}
-	done(w, r, consolePath(r)+"/changesets/"+esc(id), "Change set "+decision+"d.")
+	c.done(w, r, consolePath(r)+"/changesets/"+esc(id), "Change set "+decision+"d.")
 }
 
 type auditData struct {
@@ -921,7 +938,7 @@ func (c *Console) addMember(w http.ResponseWriter, r *http.Request, s *session) 
 		c.fail(w, r, s, err)
 		return
 	}
-	done(w, r, "/o/"+esc(r.PathValue("org"))+"/settings", req.Email+" added as "+req.Role+".")
+	c.done(w, r, "/o/"+esc(r.PathValue("org"))+"/settings", req.Email+" added as "+req.Role+".")
 }
 
 func (c *Console) createCluster(w http.ResponseWriter, r *http.Request, s *session) {
@@ -984,7 +1001,7 @@ func (c *Console) upgradeOne(w http.ResponseWriter, r *http.Request, s *session)
 		c.fail(w, r, s, err)
 		return
 	}
-	done(w, r, "/o/"+esc(r.PathValue("org"))+"/servers", "Upgrade requested.")
+	c.done(w, r, "/o/"+esc(r.PathValue("org"))+"/servers", "Upgrade requested.")
 }
 
 func (c *Console) upgradeAll(w http.ResponseWriter, r *http.Request, s *session) {
@@ -992,7 +1009,7 @@ func (c *Console) upgradeAll(w http.ResponseWriter, r *http.Request, s *session)
 		c.fail(w, r, s, err)
 		return
 	}
-	done(w, r, "/o/"+esc(r.PathValue("org"))+"/servers", "Upgrade of the organisation's agents started, one server at a time.")
+	c.done(w, r, "/o/"+esc(r.PathValue("org"))+"/servers", "Upgrade of the organisation's agents started, one server at a time.")
 }
 
 func (c *Console) instancePage(w http.ResponseWriter, r *http.Request, s *session) {
@@ -1010,7 +1027,7 @@ func (c *Console) setAutoUpgrade(w http.ResponseWriter, r *http.Request, s *sess
 		c.fail(w, r, s, err)
 		return
 	}
-	done(w, r, "/instance", "Automatic upgrade "+map[bool]string{true: "on", false: "off"}[on]+".")
+	c.done(w, r, "/instance", "Automatic upgrade "+map[bool]string{true: "on", false: "off"}[on]+".")
 }
 
 // list reads a list route of the API: every page (limit 0), or the first

@@ -207,6 +207,11 @@ func TestConsoleSecurity(t *testing.T) {
 	require.Equal(t, 1, strings.Count(page, "<th scope=\"row\">"))
 	require.NotContains(t, page, `id="next-services"`)
 
+	// A notice comes only from the console's own redirect (a cookie read
+	// once), never from the address.
+	_, page = ada.get("/o/acme?notice=Your+session+expired%2C+sign+in+at+evil.example")
+	require.NotContains(t, page, "evil.example")
+
 	// Switching organisation: the header lists them once there are two.
 	require.Equal(t, http.StatusCreated, apiCall(t, "POST", srv.URL+"/api/v1/orgs", admin, map[string]any{"name": "beta"}, nil))
 	_, page = ada.get("/me")
