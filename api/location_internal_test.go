@@ -81,3 +81,12 @@ func TestEveryChangeHonoursIfMatch(t *testing.T) {
 		}
 	}
 }
+
+// named passes nil through (it panicked on it) and names a not-found error.
+func TestNamed(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, named(nil, "member x"))
+	require.ErrorContains(t, named(notFound("member"), "member x"), "member x not found")
+	other := errorf(http.StatusConflict, "conflict", "taken")
+	require.Equal(t, other, named(other, "member x"))
+}

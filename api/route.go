@@ -249,10 +249,15 @@ func (a *API) allow(c *call, orgID string, scope domain.Scope) error {
 }
 
 func isNotFound(err error) bool {
+	if err == nil {
+		return false
+	}
 	ae := toAPIError(err)
 	return ae.status == http.StatusNotFound
 }
 
+// named gives a not-found error the name of what was not found; any other
+// error, and nil, it returns as they are.
 func named(err error, what string) error {
 	if isNotFound(err) {
 		return notFound(what)
