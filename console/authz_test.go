@@ -70,6 +70,9 @@ func TestConsoleAuthorisationMatrix(t *testing.T) {
 		// API tokens are the user's own (POST /api/v1/tokens names no
 		// organisation): any member may make one.
 		{"POST /o/{org}/settings/tokens", "/o/acme/settings/tokens", url.Values{"name": {""}}, ""},
+		{"POST /o/{org}/settings/members/{user}/role", "/o/acme/settings/members/" + missing + "/role", url.Values{"role": {"viewer"}}, domain.ScopeMembersWrite},
+		// A token is revoked by its owner (DELETE /api/v1/tokens/{token}).
+		{"POST /o/{org}/settings/tokens/{token}/revoke", "/o/acme/settings/tokens/" + missing + "/revoke", nil, ""},
 		{"POST /o/{org}/settings/members", "/o/acme/settings/members", url.Values{"email": {""}, "role": {"viewer"}}, domain.ScopeMembersWrite},
 		{"POST /o/{org}/clusters", "/o/acme/clusters", url.Values{"name": {""}}, domain.ScopeServersWrite},
 		{"POST /o/{org}/clusters/{cluster}/join-tokens", "/o/acme/clusters/eu-1/join-tokens", nil, domain.ScopeServersWrite},

@@ -157,6 +157,8 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+o+"/settings", c.authed(c.settings))
 	m.HandleFunc("POST "+o+"/settings/tokens", c.authed(c.createToken))
 	m.HandleFunc("POST "+o+"/settings/members", c.authed(c.addMember))
+	m.HandleFunc("POST "+o+"/settings/members/{user}/role", c.authed(c.changeRole))
+	m.HandleFunc("POST "+o+"/settings/tokens/{token}/revoke", c.authed(c.revokeToken))
 	m.HandleFunc("POST "+o+"/clusters", c.authed(c.createCluster))
 	m.HandleFunc("POST "+o+"/clusters/{cluster}/join-tokens", c.authed(c.createJoinToken))
 	m.HandleFunc("GET "+o+"/servers", c.authed(c.serversPage))
@@ -876,6 +878,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, s *session) 
 }
 
 type settingsData struct {
+	Roles      []string
 	Members    []query.Member
 	Tokens     []query.Token
 	Clusters   []query.Cluster
@@ -891,6 +894,7 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *session) {
 
 func (c *Console) renderSettings(w http.ResponseWriter, r *http.Request, s *session, d *settingsData) {
 	d.PublicURL = c.cfg.PublicURL
+	d.Roles = []string{string(domain.RoleViewer), string(domain.RoleMember), string(domain.RoleAdmin), string(domain.RoleOwner)}
 	v := c.view(r, s, "Settings", d, "")
 	var err error
 	if d.Members, err = list[query.Member](c, r, s.token, apiPath(r, "/members"), 0); err != nil {
@@ -1237,4 +1241,21 @@ func img(s desiredstate.Service) string {
 		return "none"
 	}
 	return fmt.Sprintf("release %d (%s)", s.Release.Number, s.Release.Image)
+}
+
+func (c *Console) changeRole(w http.ResponseWriter, r *http.Request, s *session) {
+	role := r.PostFormValue("role")
+	if _, err := c.call(r, s.token, "PATCH", apiPath(r, "/members/"+esc(r.PathValue("user"))), api.ChangeRoleRequest{Role: role}, nil); err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	c.done(w, r, "/o/"+esc(r.PathValue("org"))+"/settings", "Role changed to "+role+".")
+}
+
+func (c *Console) revokeToken(w http.ResponseWriter, r *http.Request, s *session) {
+	if _, err := c.call(r, s.token, "DELETE", "/api/v1/tokens/"+esc(r.PathValue("token")), nil, nil); err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	c.done(w, r, "/o/"+esc(r.PathValue("org"))+"/settings", "Token revoked.")
 }

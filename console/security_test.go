@@ -212,6 +212,53 @@ func TestConsoleSecurity(t *testing.T) {
 	_, page = ada.get("/o/acme?notice=Your+session+expired%2C+sign+in+at+evil.example")
 	require.NotContains(t, page, "evil.example")
 
+	// An API token made and revoked in Settings; a member's role changed.
+	resp, page = ada.post("/o/acme/settings/tokens", url.Values{"name": {"ci"}, "scope": {"projects:read"}, "csrf": {token}}, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Regexp(t, `id="new-token-value">nbl_`, page, "the secret, once")
+	var toks struct {
+		Items []struct {
+			ID, Name  string
+			RevokedAt *string
+		}
+	}
+	require.Equal(t, http.StatusOK, apiCall(t, "GET", srv.URL+"/api/v1/tokens", ck.Value, nil, &toks))
+	id := ""
+	for _, tk := range toks.Items {
+		if tk.Name == "ci" {
+			id = tk.ID
+		}
+	}
+	require.NotEmpty(t, id)
+	resp, _ = ada.post("/o/acme/settings/tokens/"+id+"/revoke", url.Values{"csrf": {token}}, nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusOK, apiCall(t, "GET", srv.URL+"/api/v1/tokens", ck.Value, nil, &toks))
+	for _, tk := range toks.Items {
+		if tk.ID == id {
+			require.NotNil(t, tk.RevokedAt, "the token is revoked")
+		}
+	}
+	var members struct {
+		Items []struct{ UserID, Email, Role string }
+	}
+	require.Equal(t, http.StatusOK, apiCall(t, "GET", srv.URL+"/api/v1/orgs/acme/members", admin, nil, &members))
+	vicID := ""
+	for _, m := range members.Items {
+		if m.Email == "vic@example.com" {
+			vicID = m.UserID
+		}
+	}
+	resp, _ = vic.post("/o/acme/settings/members/"+vicID+"/role", url.Values{"role": {"owner"}, "csrf": {vicToken}}, nil)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a viewer cannot promote themselves")
+	resp, _ = ada.post("/o/acme/settings/members/"+vicID+"/role", url.Values{"role": {"member"}, "csrf": {token}}, nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusOK, apiCall(t, "GET", srv.URL+"/api/v1/orgs/acme/members", admin, nil, &members))
+	for _, m := range members.Items {
+		if m.Email == "vic@example.com" {
+			require.Equal(t, "member", m.Role)
+		}
+	}
+
 	// Switching organisation: the header lists them once there are two.
 	require.Equal(t, http.StatusCreated, apiCall(t, "POST", srv.URL+"/api/v1/orgs", admin, map[string]any{"name": "beta"}, nil))
 	_, page = ada.get("/me")
