@@ -46,7 +46,7 @@ Example:
 						}
 						return
 					}
-					fmt.Fprintf(c.App.ErrWriter, "NebulaCtrl is running at %s (API: %s/api/v1)\n", cfg.PublicURL, strings.TrimRight(cfg.PublicURL, "/"))
+					fmt.Fprintf(c.App.ErrWriter, "NebulaCtrl is running at %s (the console; API: %s/api/v1)\n", cfg.PublicURL, strings.TrimRight(cfg.PublicURL, "/"))
 					if s.NeedsSetup {
 						fmt.Fprintf(c.App.ErrWriter, "First time? Create the first user:  nebula setup --url %s --email you@example.com --org acme\n", cfg.PublicURL)
 					}
