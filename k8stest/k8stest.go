@@ -301,11 +301,15 @@ func BinDir() (string, error) {
 // (of the same version as the API server), for tests that run what a user
 // would type.
 func Kubectl() (string, error) {
-	dir, err := findBinaries()
+	dir, err := BinDir()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(dir, "bin", "kubectl"), nil
+	p := filepath.Join(dir, "bin", "kubectl")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("missing bin/kubectl in %s: run `go tool task k8s` to build it, or set %s", dir, EnvDir)
+	}
+	return p, nil
 }
 
 func findBinaries() (string, error) {
@@ -314,7 +318,7 @@ func findBinaries() (string, error) {
 		return "", err
 	}
 	var missing []string
-	for _, b := range []string{"bin/etcd", "bin/kube-apiserver", "bin/kube-controller-manager", "bin/kube-scheduler", "bin/kwok", "bin/kubectl", "kwok-stages.yaml"} {
+	for _, b := range []string{"bin/etcd", "bin/kube-apiserver", "bin/kube-controller-manager", "bin/kube-scheduler", "bin/kwok", "kwok-stages.yaml"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			missing = append(missing, b)
 		}

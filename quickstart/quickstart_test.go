@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -210,12 +211,25 @@ func push(t *testing.T, host, repo string) {
 	require.NoError(t, remote.Write(ref, img))
 }
 
+// freeAddr returns a free loopback address for nebula serve to listen on.
+// The port is below Linux's ephemeral range (32768-60999): a port the
+// kernel handed out for :0 and that the test closed again can be taken by
+// any outgoing connection before the server binds it (seen in CI, with the
+// other packages' tests running alongside); one outside that range only by
+// an explicit bind.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return addr
+	}
+	t.Fatal("no free loopback port between 20000 and 32000")
+	return ""
 }
 
 func httpGet(t *testing.T, url string) string {
