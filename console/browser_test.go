@@ -517,6 +517,18 @@ func TestConsoleInChromium(t *testing.T) {
 	b.open("/o/acme/settings", "#tokens")
 	require.False(t, b.has("#new-token"))
 	b.visit("settings")
+
+	// Bob's own deploy to production waits for someone else, who rejects it.
+	b.open("/o/acme/p/shop/e/production/s/api", "#deploy-form")
+	b.submit("#deploy", "#diff")
+	require.True(t, b.has("#own-changeset"))
+	rejectPath := eval[string](b, "location.pathname")
+	b.signOut()
+	b.signIn("ada@example.com", rejectPath, "#reject")
+	b.fill("#reason", "not during the sale")
+	b.submit("#reject", ".notice")
+	require.Equal(t, "rejected", b.text("#cs-status"))
+	require.False(t, b.has("#approve"), "a decided change set has no buttons")
 	b.signOut()
 
 	// A Viewer sees no write button, and a forged POST is refused.
