@@ -250,7 +250,9 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		"agent-hub":   func(ctx context.Context) error { return refreshHub(ctx, hub, link, waker, log) },
 		// An agent upgrade whose agent is connected to this replica goes
 		// out from here, whichever replica reacted to the request.
-		"agent-upgrades": func(ctx context.Context) error { return react.DeliverUpgrades(ctx, connectedServers(hub), waker.Subscribe()) },
+		"agent-upgrades": func(ctx context.Context) error {
+			return react.DeliverUpgrades(ctx, connectedServers(hub), waker.Subscribe())
+		},
 	} {
 		wg.Add(1)
 		go func() {
