@@ -272,9 +272,9 @@ func TestEndToEnd(t *testing.T) {
 		return len(nodes) == 2 && nodes[0].Ready
 	}, 30*time.Second, 200*time.Millisecond)
 	require.Eventually(t, func() bool {
-		var page struct{ Lines []struct{ Text string } }
+		var page struct{ Items []struct{ Text string } }
 		c.do("GET", env+"api/logs", nil, &page)
-		for _, l := range page.Lines {
+		for _, l := range page.Items {
 			if l.Text == "hello from api" {
 				return true
 			}

@@ -561,7 +561,7 @@ func TestAgentUpgradesItself(t *testing.T) {
 		audited := func(action, server string) bool {
 			page, err := rc.Audit(ctx, client.AuditQuery{Org: "acme", Action: action, Limit: 1000})
 			require.NoError(t, err)
-			for _, e := range page.Entries {
+			for _, e := range page.Items {
 				if strings.Contains(e.Target.Name, server) || strings.Contains(e.Detail, server) {
 					return true
 				}

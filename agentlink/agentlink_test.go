@@ -218,7 +218,7 @@ func TestAgentLink(t *testing.T) {
 	var page api.AuditPage
 	require.Equal(t, 200, call(t, "GET", org+"/audit?action=server.*", root, nil, &page))
 	actions := map[string]bool{}
-	for _, e := range page.Entries {
+	for _, e := range page.Items {
 		actions[e.Action] = true
 	}
 	require.True(t, actions["server.register"], "%v", actions)

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -530,20 +531,42 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 	if err != nil {
 		return 0, nil, err
 	}
-	after, err := intQuery(r, "cursor", 0, 0, 1<<62)
+	after, err := seqCursor(r)
 	if err != nil {
 		return 0, nil, err
 	}
-	f.Limit, f.After = limit, int64(after)
+	f.Limit, f.After = limit, after
 	rows, next, err := query.Audit(r.Context(), a.pool, f)
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, AuditPage{Entries: rows, NextCursor: next}, nil
+	page := AuditPage{Items: rows}
+	if next != 0 {
+		page.Next = strconv.FormatInt(next, 10)
+	}
+	return http.StatusOK, page, nil
 }
 
-// AuditPage is one page of the audit log; pass NextCursor as ?cursor= for the next.
+// AuditPage is one page of the audit log, in the envelope of every list:
+// its entries in seq order and, when the page is full, the cursor of the
+// next page (pass it as ?cursor=, with the same filters). Next is absent
+// when there is nothing more to read yet.
 type AuditPage struct {
-	Entries    []query.AuditEntry `json:"entries"`
-	NextCursor int64              `json:"nextCursor,omitempty"`
+	Items []query.AuditEntry `json:"items"`
+	// Next is absent on the last page.
+	Next string `json:"next,omitempty"`
+}
+
+// seqCursor reads ?cursor= of a list paged by sequence number (the audit
+// log, a service's logs): the next of the previous page, 0 without one.
+func seqCursor(r *http.Request) (int64, error) {
+	raw := r.URL.Query().Get("cursor")
+	if raw == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badRequest("query parameter cursor is not a cursor this API gave (use the next of the previous page)")
+	}
+	return n, nil
 }

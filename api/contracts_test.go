@@ -418,7 +418,7 @@ func TestDocumentedContracts(t *testing.T) {
 				continue
 			}
 			sch := ok.Value.Content.Get("application/json").Schema
-			if sch.Ref == "" || !stringsHasSuffix(sch.Ref, "Page") || stringsHasSuffix(sch.Ref, "/AuditPage") || stringsHasSuffix(sch.Ref, "/LogPage") {
+			if sch.Ref == "" || !stringsHasSuffix(sch.Ref, "Page") {
 				continue
 			}
 			seen["page"] = true

@@ -790,11 +790,14 @@ func (a *API) decideChangeSet(approve bool) func(w http.ResponseWriter, r *http.
 	}
 }
 
-// LogPage is a page of a service's container logs; pass NextCursor as
-// ?cursor= to follow.
+// LogPage is a page of a service's container logs, in the envelope of
+// every list. Logs are followed, so Next is always present: the position
+// to continue from (pass it as ?cursor=), the same as the cursor asked for
+// when no new line came.
 type LogPage struct {
-	Lines      []telemetry.LogLine `json:"lines"`
-	NextCursor int64               `json:"nextCursor"`
+	Items []telemetry.LogLine `json:"items"`
+	// Next is always present: where to continue following from.
+	Next string `json:"next"`
 }
 
 func (a *API) logs(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -802,19 +805,22 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request, c *call) (int, any, e
 	if err != nil {
 		return 0, nil, err
 	}
-	after, err := intQuery(r, "cursor", 0, 0, 1<<62)
+	after, err := seqCursor(r)
 	if err != nil {
 		return 0, nil, err
 	}
-	lines, err := a.cfg.Telemetry.Logs(r.Context(), c.env.ID, c.service.Name, int64(after), limit)
+	lines, err := a.cfg.Telemetry.Logs(r.Context(), c.env.ID, c.service.Name, after, limit)
 	if err != nil {
 		return 0, nil, err
 	}
-	next := int64(after)
+	if lines == nil {
+		lines = []telemetry.LogLine{}
+	}
+	next := after
 	if len(lines) > 0 {
 		next = lines[len(lines)-1].ID
 	}
-	return http.StatusOK, LogPage{Lines: lines, NextCursor: next}, nil
+	return http.StatusOK, LogPage{Items: lines, Next: strconv.FormatInt(next, 10)}, nil
 }
 
 func (a *API) workloads(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {

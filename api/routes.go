@@ -89,6 +89,11 @@ func (a *API) routeTable() []route {
 		{method: "DELETE", path: orgPath + "/members/{user}", tag: "members", summary: "Remove a member", scope: members, status: none, handle: a.removeMember},
 		{method: "GET", path: orgPath + "/audit", tag: "audit", summary: "The organisation's audit log (filters, cursor pagination)", scope: audit,
 			response: AuditPage{}, status: ok, query: auditParams(), handle: a.audit},
+		{method: "GET", path: orgPath + "/audit/events", tag: "audit",
+			summary: "Follow the organisation's audit log (server-sent events): each new entry, filtered like the list by action, actor and target", scope: audit,
+			status: ok, query: auditParams()[:3], handle: a.auditEvents, events: []streamEvent{
+				{"audit", "id: the audit log entry's seq (resume with Last-Event-ID, or an entry's seq; without it the stream starts with what happens next)", AuditEvent{}},
+			}},
 
 		{method: "GET", path: orgPath + "/clusters", tag: "clusters", summary: "Clusters", scope: srvRead, response: []query.Cluster{}, status: ok, handle: a.listClusters},
 		{method: "POST", path: orgPath + "/clusters", tag: "clusters", summary: "Create a cluster; returns its first join token once", scope: srvWrit,
@@ -168,7 +173,7 @@ func (a *API) routeTable() []route {
 		{method: "GET", path: envPath + "/acknowledgements", tag: "state", summary: "Each server's last acknowledgement of the environment's desired state, with per-service outcomes", scope: read,
 			response: []query.Acknowledgement{}, status: ok, handle: a.listAcknowledgements},
 		{method: "GET", path: targetPath + "/logs", tag: "state", summary: "A service's container logs (kept 7 days); follow with the cursor", scope: read,
-			response: LogPage{}, status: ok, query: []param{{"cursor", "nextCursor of the previous page", "integer"}, limit}, handle: a.logs},
+			response: LogPage{}, status: ok, query: []param{{"cursor", "next of the previous page (always present: the position to continue following from)", "string"}, limit}, handle: a.logs},
 		{method: "GET", path: envPath + "/workloads", tag: "state", summary: "Desired and ready pods of each release and process, as the agent reports them", scope: read,
 			response: []query.Workload{}, status: ok, handle: a.workloads},
 		{method: "GET", path: clusterPath + "/events", tag: "clusters", summary: "Kubernetes warning events about managed objects, as the agent reports them", scope: srvRead,
@@ -198,7 +203,7 @@ func auditParams() []param {
 		{"target", "target name prefix", "string"},
 		{"since", "RFC 3339 time", "string"},
 		{"until", "RFC 3339 time", "string"},
-		{"cursor", "nextCursor of the previous page", "integer"},
+		{"cursor", "next of the previous page (absent on the last page)", "string"},
 		{"limit", "rows per page (1-1000)", "integer"},
 	}
 }

@@ -319,3 +319,51 @@ func (a *API) environmentEvents(w http.ResponseWriter, r *http.Request, c *call)
 		return http.StatusOK, nil, nil
 	}
 }
+
+// AuditEvent is the data of an organisation's audit stream's "audit"
+// event: a new entry of its audit log. Its id is the entry's Seq.
+type AuditEvent = query.AuditEntry
+
+// auditEvents streams an organisation's audit log as "audit" events whose
+// id is the entry's seq, filtered like the list by action, actor and
+// target (since and until make no sense for what comes next). Without
+// Last-Event-ID it starts with what happens next; with it, every entry
+// after that seq (an audit entry's seq, or a list's next, resumes too).
+func (a *API) auditEvents(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
+	ctx := r.Context()
+	after, given, err := lastEventID(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	q := r.URL.Query()
+	f := query.AuditFilter{OrgID: c.org.ID, Action: q.Get("action"), ActorID: q.Get("actor"), Target: q.Get("target")}
+	if !given {
+		if after, err = query.AuditHead(ctx, a.pool); err != nil {
+			return 0, nil, err
+		}
+	}
+	s, err := startStream(w)
+	if err != nil {
+		return http.StatusOK, nil, nil
+	}
+	const page = 500
+	a.follow(ctx, r, c.route, s, func(ctx context.Context) (bool, error) {
+		for {
+			f.After, f.Limit = after, page
+			rows, _, err := query.Audit(ctx, a.pool, f)
+			if err != nil {
+				return false, err
+			}
+			for _, e := range rows {
+				if err := s.event("audit", strconv.FormatInt(e.Seq, 10), e); err != nil {
+					return true, nil
+				}
+				after = e.Seq
+			}
+			if len(rows) < page {
+				return false, nil
+			}
+		}
+	})
+	return http.StatusOK, nil, nil
+}

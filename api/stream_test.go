@@ -413,7 +413,7 @@ func TestEnvironmentEventStream(t *testing.T) {
 	var page api.AuditPage
 	r.must(r.c.do("GET", "/api/v1/orgs/acme/audit?cursor="+lastID, r.root, nil), 200).json(t, &page)
 	var want []int64
-	for _, e := range page.Entries {
+	for _, e := range page.Items {
 		if e.Target.Kind == "deployment" || strings.HasPrefix(e.Target.Name, "acme/shop/staging") {
 			want = append(want, e.Seq)
 		}

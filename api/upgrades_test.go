@@ -247,12 +247,11 @@ func (w *upgradeWorld) audit(t *testing.T) []query.AuditEntry {
 	r := w.c.do("GET", "/api/v1/audit?limit=1000", w.root, nil)
 	require.Equal(t, http.StatusOK, r.status, string(r.body))
 	var page struct {
-		Entries []query.AuditEntry `json:"entries"`
-		Items   []query.AuditEntry `json:"items"`
+		Items []query.AuditEntry `json:"items"`
 	}
 	r.json(t, &page)
 	var out []query.AuditEntry
-	for _, e := range append(page.Entries, page.Items...) {
+	for _, e := range page.Items {
 		if strings.HasPrefix(e.Action, "server.agent.upgrade") || e.Action == "instance.agent_auto_upgrade.update" {
 			out = append(out, e)
 		}

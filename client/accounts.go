@@ -96,9 +96,11 @@ type AuditQuery struct {
 	Target string
 	// Since is inclusive, Until exclusive.
 	Since, Until time.Time
-	// Cursor returns only entries after it: the NextCursor of the previous
-	// page, or the Seq of the last entry seen.
-	Cursor int64
+	// Cursor returns only entries after it: the Next of the previous page,
+	// or the Seq of the last entry seen (as a decimal string: the audit
+	// log's cursor is the seq of the last entry it covers). "" starts at
+	// the beginning.
+	Cursor string
 	// Limit is the page size (1-1000; the API's default when 0).
 	Limit int
 }
@@ -124,9 +126,7 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) (api.AuditPage, error)
 	if !q.Until.IsZero() {
 		set("until", q.Until.UTC().Format(time.RFC3339))
 	}
-	if q.Cursor > 0 {
-		set("cursor", strconv.FormatInt(q.Cursor, 10))
-	}
+	set("cursor", q.Cursor)
 	if q.Limit > 0 {
 		set("limit", strconv.Itoa(q.Limit))
 	}

@@ -330,9 +330,13 @@ func (c *Client) RejectChangeSet(ctx context.Context, org, project, env, id, rea
 	return out, err
 }
 
-// Logs reads a service's container logs after cursor (0: the latest lines).
-func (c *Client) Logs(ctx context.Context, org, project, env, service string, cursor int64, limit int) (api.LogPage, error) {
-	q := url.Values{"cursor": {strconv.FormatInt(cursor, 10)}}
+// Logs reads a service's container logs after cursor ("": the latest
+// lines); the page's Next, always set, is the cursor to follow from.
+func (c *Client) Logs(ctx context.Context, org, project, env, service, cursor string, limit int) (api.LogPage, error) {
+	q := url.Values{}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}

@@ -504,7 +504,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 			c.fail(w, r, s, err)
 			return
 		}
-		d.Activity = page.Entries
+		d.Activity = page.Items
 	}
 	c.render(w, r, http.StatusOK, "overview", v)
 }
@@ -847,7 +847,7 @@ func (c *Console) decideChangeSet(w http.ResponseWriter, r *http.Request, s *ses
 type auditData struct {
 	Entries                             []query.AuditEntry
 	Actor, Action, Target, Since, Until string
-	Next                                int64
+	Next                                string
 	Query                               string
 }
 
@@ -870,7 +870,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, s *session) 
 		c.fail(w, r, s, err)
 		return
 	}
-	d.Entries, d.Next = page.Entries, page.NextCursor
+	d.Entries, d.Next = page.Items, page.Next
 	aq.Del("limit")
 	aq.Del("cursor")
 	d.Query = aq.Encode()
@@ -1077,7 +1077,7 @@ func (c *Console) logs(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, s, err)
 		return
 	}
-	c.render(w, r, http.StatusOK, "logs", c.view(r, s, "Logs", &logsData{Lines: page.Lines, Self: consolePath(r) + "/logs"}, ""))
+	c.render(w, r, http.StatusOK, "logs", c.view(r, s, "Logs", &logsData{Lines: page.Items, Self: consolePath(r) + "/logs"}, ""))
 }
 
 // auditLink is the console page of an audit log entry's target in the

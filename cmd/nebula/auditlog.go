@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,20 +112,20 @@ func runAuditLog(x *cmdCtx) error {
 		}
 		switch {
 		case lines:
-			if err := emitTo(x.out, outJSONL, page.Entries); err != nil {
+			if err := emitTo(x.out, outJSONL, page.Items); err != nil {
 				return err
 			}
 		case format != outTable:
-			all = append(all, page.Entries...)
-		case len(page.Entries) > 0 || header:
+			all = append(all, page.Items...)
+		case len(page.Items) > 0 || header:
 			printEntries(x, page, header)
 			header = false
 		}
-		if n := len(page.Entries); n > 0 {
-			q.Cursor = page.Entries[n-1].Seq
+		if n := len(page.Items); n > 0 {
+			q.Cursor = strconv.FormatInt(page.Items[n-1].Seq, 10)
 		}
-		if page.NextCursor != 0 {
-			q.Cursor = page.NextCursor
+		if page.Next != "" {
+			q.Cursor = page.Next
 			continue // a full page: there is more right now
 		}
 		if !follow {
@@ -143,7 +144,7 @@ func runAuditLog(x *cmdCtx) error {
 
 func printEntries(x *cmdCtx, page api.AuditPage, header bool) {
 	var rows [][]string
-	for _, e := range page.Entries {
+	for _, e := range page.Items {
 		target := e.Target.Name
 		if target == "" {
 			target = e.Target.Kind + " " + e.Target.ID

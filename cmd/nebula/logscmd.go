@@ -35,24 +35,24 @@ Example:
 				return usagef("--follow prints JSON lines (-o json or -o jsonl), not YAML")
 			}
 			lines := format == outJSONL || (follow && format == outJSON)
-			var cursor int64
+			var cursor string
 			print := func(p api.LogPage) error {
-				cursor = p.NextCursor
+				cursor = p.Next
 				if lines {
-					return emitTo(x.out, outJSONL, p.Lines)
+					return emitTo(x.out, outJSONL, p.Items)
 				}
-				for _, l := range p.Lines {
+				for _, l := range p.Items {
 					x.printf("%s %s %s\n", l.Time.Local().Format(time.RFC3339), l.Pod, l.Text)
 				}
 				return nil
 			}
 			ctx := x.Context.Context
-			page, err := cl.Logs(ctx, a.Org, a.Project, a.Env, a.Service, 0, x.Int("lines"))
+			page, err := cl.Logs(ctx, a.Org, a.Project, a.Env, a.Service, "", x.Int("lines"))
 			if err != nil {
 				return err
 			}
 			if format != outTable && !lines {
-				return x.emit(page.Lines)
+				return x.emit(page.Items)
 			}
 			if err := print(page); err != nil {
 				return err
