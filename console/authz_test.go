@@ -66,6 +66,7 @@ func TestConsoleAuthorisationMatrix(t *testing.T) {
 		{"GET /o/{org}", "/o/acme", nil, domain.ScopeProjectsRead},
 		{"POST /o/{org}/projects", "/o/acme/projects", url.Values{"name": {""}}, domain.ScopeProjectsWrite},
 		{"GET /o/{org}/audit", "/o/acme/audit", nil, domain.ScopeAuditRead},
+		{"GET /o/{org}/audit/events", "/o/acme/audit/events", nil, domain.ScopeAuditRead},
 		{"GET /o/{org}/settings", "/o/acme/settings", nil, domain.ScopeProjectsRead},
 		// API tokens are the user's own (POST /api/v1/tokens names no
 		// organisation): any member may make one.
@@ -94,6 +95,25 @@ func TestConsoleAuthorisationMatrix(t *testing.T) {
 		{"GET /o/{org}/p/{project}/e/{env}/s/{service}/logs", target + "/logs", nil, domain.ScopeProjectsRead},
 		{"GET /o/{org}/p/{project}/e/{env}/s/{service}/d/{deployment}", target + "/d/" + missing, nil, domain.ScopeProjectsRead},
 		{"GET /o/{org}/p/{project}/e/{env}/s/{service}/d/{deployment}/events", target + "/d/" + missing + "/events", nil, domain.ScopeProjectsRead},
+		// The actions added with actions.go: a destructive one is asked
+		// first (a confirmation page, refused to a role without the scope),
+		// then sent with confirmed=yes, for something that does not exist.
+		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/variables", target + "/variables", url.Values{"name": {""}}, domain.ScopeProjectsWrite},
+		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/variables/{name}/unset", target + "/variables/NO_SUCH_VAR/unset", nil, domain.ScopeProjectsWrite},
+		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/variables/{name}/unset", target + "/variables/NO_SUCH_VAR/unset", url.Values{"confirmed": {"yes"}}, domain.ScopeProjectsWrite},
+		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/domains", target + "/domains", url.Values{"host": {""}}, domain.ScopeProjectsWrite},
+		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/domains/{host}/remove", target + "/domains/missing.example.com/remove", nil, domain.ScopeProjectsWrite},
+		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/domains/{host}/remove", target + "/domains/missing.example.com/remove", url.Values{"confirmed": {"yes"}}, domain.ScopeProjectsWrite},
+		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/replicas", target + "/replicas", url.Values{"replicas": {"-1"}}, domain.ScopeProjectsWrite},
+		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/replicas", target + "/replicas", url.Values{"process": {"no-such-process"}, "replicas": {"1"}}, domain.ScopeProjectsWrite},
+		{"POST /o/{org}/settings/members/{user}/remove", "/o/acme/settings/members/" + missing + "/remove", nil, domain.ScopeMembersWrite},
+		{"POST /o/{org}/settings/members/{user}/remove", "/o/acme/settings/members/" + missing + "/remove", url.Values{"confirmed": {"yes"}}, domain.ScopeMembersWrite},
+		{"POST /o/{org}/clusters/{cluster}/join-tokens/{token}/revoke", "/o/acme/clusters/eu-1/join-tokens/" + missing + "/revoke", nil, domain.ScopeServersWrite},
+		{"POST /o/{org}/clusters/{cluster}/join-tokens/{token}/revoke", "/o/acme/clusters/eu-1/join-tokens/" + missing + "/revoke", url.Values{"confirmed": {"yes"}}, domain.ScopeServersWrite},
+		{"POST /o/{org}/clusters/{cluster}/delete", "/o/acme/clusters/no-such-cluster/delete", nil, domain.ScopeServersWrite},
+		{"POST /o/{org}/clusters/{cluster}/delete", "/o/acme/clusters/no-such-cluster/delete", url.Values{"confirmed": {"yes"}}, domain.ScopeServersWrite},
+		{"POST /o/{org}/clusters/{cluster}/servers/{server}/revoke", "/o/acme/clusters/eu-1/servers/" + missing + "/revoke", nil, domain.ScopeServersWrite},
+		{"POST /o/{org}/clusters/{cluster}/servers/{server}/revoke", "/o/acme/clusters/eu-1/servers/" + missing + "/revoke", url.Values{"confirmed": {"yes"}}, domain.ScopeServersWrite},
 		{"GET /instance", "/instance", nil, domain.ScopeInstanceAdmin},
 		{"POST /instance/auto-upgrade", "/instance/auto-upgrade", url.Values{"agentAutoUpgrade": {"on"}}, domain.ScopeInstanceAdmin},
 	}

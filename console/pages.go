@@ -184,6 +184,8 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+s+"/d/{deployment}", c.authed(c.deploymentPage))
 	m.HandleFunc("GET "+s+"/d/{deployment}/events", c.authed(c.deploymentEvents))
 
+	c.actionRoutes(m)
+
 	m.HandleFunc("GET /instance", c.authed(c.instancePage))
 	m.HandleFunc("POST /instance/auto-upgrade", c.authed(c.setAutoUpgrade))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -690,7 +692,9 @@ type targetData struct {
 	Variables    []query.Variable
 	Domains      []query.Domain
 	Replicas     int
-	Events       string
+	// Scale is each process's replicas in this environment (Scale).
+	Scale  []query.ProcessReplicas
+	Events string
 }
 
 func (c *Console) targetPage(w http.ResponseWriter, r *http.Request, s *session) {
@@ -709,6 +713,9 @@ func (c *Console) targetPage(w http.ResponseWriter, r *http.Request, s *session)
 	if err == nil {
 		d.Domains, err = list[query.Domain](c, r, s.token, tp+"/domains", 0)
 	}
+	if err == nil {
+		d.Scale, err = list[query.ProcessReplicas](c, r, s.token, tp+"/replicas", 0)
+	}
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -719,7 +726,7 @@ func (c *Console) targetPage(w http.ResponseWriter, r *http.Request, s *session)
 			d.Variables[i].Value = ""
 		}
 	}
-	for _, p := range d.Target.Service.Processes {
+	for _, p := range d.Scale {
 		d.Replicas += p.Replicas
 	}
 	slices.SortFunc(d.Releases, func(a, b query.Release) int { return b.Number - a.Number })
@@ -884,8 +891,10 @@ type settingsData struct {
 	Clusters   []query.Cluster
 	NewToken   string
 	JoinTokens map[string][]query.JoinToken
-	Created    *api.CreatedJoinToken
-	PublicURL  string
+	// Servers are each cluster's servers (Revoke server).
+	Servers   map[string][]query.Server
+	Created   *api.CreatedJoinToken
+	PublicURL string
 }
 
 func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *session) {
@@ -912,9 +921,13 @@ func (c *Console) renderSettings(w http.ResponseWriter, r *http.Request, s *sess
 			return
 		}
 		d.JoinTokens = map[string][]query.JoinToken{}
+		d.Servers = map[string][]query.Server{}
 		for _, k := range d.Clusters {
 			if jt, err := list[query.JoinToken](c, r, s.token, apiPath(r, "/clusters/"+esc(k.Name)+"/join-tokens"), 0); err == nil {
 				d.JoinTokens[k.Name] = jt
+			}
+			if sv, err := list[query.Server](c, r, s.token, apiPath(r, "/clusters/"+esc(k.Name)+"/servers"), 0); err == nil {
+				d.Servers[k.Name] = sv
 			}
 		}
 	}
