@@ -144,6 +144,25 @@ func TestConsoleActionsInChromium(t *testing.T) {
 	require.Len(t, sets, 1)
 	require.Equal(t, "open", sets[0]["status"])
 	b.visit("changeset-variable")
+	// So do a domain and a scale there (the API answers them with the
+	// change set itself, not wrapped as for variables).
+	b.open("/o/acme/p/shop/e/production/s/api", "#add-domain-form")
+	b.fill("#domain-host", "www.example.com")
+	b.submit("#add-domain", "#diff")
+	require.Contains(t, b.text(".notice"), "waits for approval in change set")
+	require.Empty(t, items(t, production+"/domains", admin), "not routed before approval")
+	b.open("/o/acme/p/shop/e/production/s/api", "#scale-form")
+	b.fill("#scale-replicas", "5")
+	b.submit("#scale", "#diff")
+	require.Contains(t, b.text(".notice"), "waits for approval in change set")
+	require.NotEqualValues(t, 5, itemWith(t, items(t, production+"/replicas", admin), "process", process)["replicas"], "not scaled before approval")
+	open := 0
+	for _, cs := range items(t, org+"/projects/shop/environments/production/changesets", admin) {
+		if cs["status"] == "open" {
+			open++
+		}
+	}
+	require.GreaterOrEqual(t, open, 1)
 
 	// Settings: a token with scopes chosen from every scope.
 	b.open("/o/acme/settings", "#new-token-form")
