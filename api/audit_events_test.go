@@ -89,6 +89,8 @@ func TestOrganisationAuditEventStream(t *testing.T) {
 	// Bad input and scopes.
 	r := c.do("GET", events, root, nil, "Last-Event-ID", "yesterday")
 	require.Equal(t, http.StatusBadRequest, r.status, string(r.body))
+	r = c.do("GET", events+"?since=yesterday", root, nil)
+	require.Equal(t, http.StatusBadRequest, r.status, string(r.body))
 	r = c.do("GET", "/api/v1/orgs/acme/audit?cursor=abc", root, nil)
 	require.Equal(t, http.StatusBadRequest, r.status, string(r.body))
 	require.Equal(t, http.StatusNotFound, c.do("GET", events, other, nil).status, "globex's owner does not see acme")

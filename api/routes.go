@@ -90,8 +90,8 @@ func (a *API) routeTable() []route {
 		{method: "GET", path: orgPath + "/audit", tag: "audit", summary: "The organisation's audit log (filters, cursor pagination)", scope: audit,
 			response: AuditPage{}, status: ok, query: auditParams(), handle: a.audit},
 		{method: "GET", path: orgPath + "/audit/events", tag: "audit",
-			summary: "Follow the organisation's audit log (server-sent events): each new entry, filtered like the list by action, actor and target", scope: audit,
-			status: ok, query: auditParams()[:3], handle: a.auditEvents, events: []streamEvent{
+			summary: "Follow the organisation's audit log (server-sent events): each new entry, filtered like the list by action, actor, target and since", scope: audit,
+			status: ok, query: auditParams()[:4], handle: a.auditEvents, events: []streamEvent{
 				{"audit", "id: the audit log entry's seq (resume with Last-Event-ID, or an entry's seq; without it the stream starts with what happens next)", AuditEvent{}},
 			}},
 

@@ -325,8 +325,8 @@ func (a *API) environmentEvents(w http.ResponseWriter, r *http.Request, c *call)
 type AuditEvent = query.AuditEntry
 
 // auditEvents streams an organisation's audit log as "audit" events whose
-// id is the entry's seq, filtered like the list by action, actor and
-// target (since and until make no sense for what comes next). Without
+// id is the entry's seq, filtered like the list by action, actor, target
+// and since (until makes no sense for what comes next). Without
 // Last-Event-ID it starts with what happens next; with it, every entry
 // after that seq (an audit entry's seq, or a list's next, resumes too).
 func (a *API) auditEvents(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -337,6 +337,13 @@ func (a *API) auditEvents(w http.ResponseWriter, r *http.Request, c *call) (int,
 	}
 	q := r.URL.Query()
 	f := query.AuditFilter{OrgID: c.org.ID, Action: q.Get("action"), ActorID: q.Get("actor"), Target: q.Get("target")}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return 0, nil, badRequest("query parameter since must be an RFC 3339 time")
+		}
+		f.Since = &t
+	}
 	if !given {
 		if after, err = query.AuditHead(ctx, a.pool); err != nil {
 			return 0, nil, err

@@ -154,6 +154,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+o, c.authed(c.overview))
 	m.HandleFunc("POST "+o+"/projects", c.authed(c.createProject))
 	m.HandleFunc("GET "+o+"/audit", c.authed(c.auditPage))
+	m.HandleFunc("GET "+o+"/audit/events", c.authed(c.auditEvents))
 	m.HandleFunc("GET "+o+"/settings", c.authed(c.settings))
 	m.HandleFunc("POST "+o+"/settings/tokens", c.authed(c.createToken))
 	m.HandleFunc("POST "+o+"/settings/members", c.authed(c.addMember))
@@ -856,6 +857,11 @@ type auditData struct {
 	Actor, Action, Target, Since, Until string
 	Next                                string
 	Query                               string
+	// Live is the address of the organisation's audit stream, filtered as
+	// the page and starting after its last row, when the page is the end
+	// of the log (no next page, no until): new rows are added as they
+	// happen. "" when the page is not live.
+	Live string
 }
 
 func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, s *session) {
@@ -881,7 +887,44 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, s *session) 
 	aq.Del("limit")
 	aq.Del("cursor")
 	d.Query = aq.Encode()
+	if d.Next == "" && d.Until == "" {
+		// The stream is filtered as the list (since too), so that starting
+		// after the last row shown (or the cursor, or the beginning when no
+		// entry matches) loses nothing between the page and the stream.
+		lq := url.Values{}
+		for _, k := range []string{"actor", "action", "target", "since"} {
+			if v := aq.Get(k); v != "" {
+				lq.Set(k, v)
+			}
+		}
+		last := q.Get("cursor")
+		if n := len(d.Entries); n > 0 {
+			last = strconv.FormatInt(d.Entries[n-1].Seq, 10)
+		}
+		if last == "" {
+			last = "0"
+		}
+		lq.Set("lastEventId", last)
+		d.Live = "/o/" + esc(r.PathValue("org")) + "/audit/events?" + lq.Encode()
+	}
 	c.render(w, r, http.StatusOK, "audit", c.view(r, s, "Audit log", &d, ""))
+}
+
+// auditEvents is the API's audit stream of the organisation, for the audit
+// page's script: with the page's filters and where the page ended (the
+// browser's Last-Event-ID, when it reconnects, wins over lastEventId).
+func (c *Console) auditEvents(w http.ResponseWriter, r *http.Request, s *session) {
+	q := url.Values{}
+	for _, k := range []string{"actor", "action", "target", "since", "lastEventId"} {
+		if v := r.URL.Query().Get(k); v != "" {
+			q.Set(k, v)
+		}
+	}
+	p := apiPath(r, "/audit/events")
+	if len(q) > 0 {
+		p += "?" + q.Encode()
+	}
+	c.stream(w, r, s.token, p)
 }
 
 type settingsData struct {

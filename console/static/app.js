@@ -104,8 +104,81 @@
     });
   }
 
+  // auditLink is the console page of an audit entry's target (as
+  // auditLink in console/pages.go), or "" when it has none.
+  function auditLink(org, a) {
+    var t = a.target || {};
+    var parts = (t.name || "").split("/");
+    if (parts.length < 2 || parts[0] !== org || parts.indexOf("") >= 0) { return ""; }
+    var p = function () {
+      return Array.prototype.map.call(arguments, function (s) { return "/" + encodeURIComponent(s); }).join("");
+    };
+    var k = t.kind, n = parts.length;
+    if ((k === "project" && n === 2) || (k === "service" && n === 4)) { return p("o", org, "p", parts[1]); }
+    if (k === "environment" && n === 3) { return p("o", org, "p", parts[1], "e", parts[2]); }
+    if (k === "deployment-target" && n === 4) { return p("o", org, "p", parts[1], "e", parts[2], "s", parts[3]); }
+    if (k === "deployment" && n === 4 && t.id) { return p("o", org, "p", parts[1], "e", parts[2], "s", parts[3], "d", t.id); }
+    if (k === "changeset" && n === 3 && t.id) { return p("o", org, "p", parts[1], "e", parts[2], "changesets", t.id); }
+    if ((k === "cluster" && n === 2) || (k === "server" && n === 3)) { return p("o", org, "servers"); }
+    return "";
+  }
+
+  // The audit log page: when it shows the end of the log, the
+  // organisation's audit stream (filtered as the page, starting after its
+  // last row) adds each new entry as a row. htmx swaps the rows when the
+  // filter changes: the stream of the rows swapped out is closed.
+  var auditStream = null;
+  function followAudit() {
+    var box = document.getElementById("audit-rows");
+    if (auditStream && (!box || auditStream.box !== box)) { auditStream.close(); auditStream = null; }
+    if (!box || auditStream) { return; }
+    var url = box.getAttribute("data-events");
+    if (!url || !window.EventSource) { return; }
+    var org = box.getAttribute("data-org") || "";
+    var table = document.getElementById("audit");
+    var body = document.getElementById("audit-body");
+    var seen = {};
+    Array.prototype.forEach.call(body.querySelectorAll("tr[data-seq]"), function (tr) { seen[tr.getAttribute("data-seq")] = true; });
+    var es = new EventSource(url);
+    es.box = box;
+    auditStream = es;
+    es.addEventListener("audit", function (ev) {
+      var a = JSON.parse(ev.data);
+      if (seen[String(a.seq)]) { return; }
+      seen[String(a.seq)] = true;
+      var empty = document.getElementById("audit-empty");
+      if (empty) { empty.remove(); }
+      table.hidden = false;
+      var tr = el("tr");
+      tr.setAttribute("data-seq", String(a.seq));
+      var td = el("td");
+      var t = el("time", null, when(a.occurredAt));
+      t.setAttribute("datetime", a.occurredAt);
+      td.appendChild(t);
+      tr.appendChild(td);
+      tr.appendChild(el("td", null, (a.actor && a.actor.name) || ""));
+      td = el("td");
+      td.appendChild(el("code", null, a.action));
+      tr.appendChild(td);
+      td = el("td", null, ((a.target && a.target.kind) || "") + " ");
+      var href = auditLink(org, a);
+      if (href) {
+        var link = el("a", null, a.target.name);
+        link.setAttribute("href", href);
+        td.appendChild(link);
+      } else {
+        td.appendChild(document.createTextNode((a.target && a.target.name) || ""));
+      }
+      tr.appendChild(td);
+      tr.appendChild(el("td", null, a.detail || ""));
+      body.appendChild(tr);
+    });
+  }
+
   function start() {
     setHeaders();
+    followAudit();
+    document.body.addEventListener("htmx:afterSettle", followAudit);
     var d = document.getElementById("deployment");
     if (d) { followDeployment(d); }
     var a = document.getElementById("live-activity");
