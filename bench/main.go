@@ -285,8 +285,14 @@ const notes = `
   repeat at once.
 - **console project page**: the web console (package console, served in the benchmark's
   process over loopback HTTP with the API it calls in process) renders the project page of a
-  project of 1,000 services in one environment (the matrix shows 50 services a page; each cell
-  is the API's target view, read on 4 goroutines, plus the environment's desired state for
-  held services), 30 times after 3 warm-ups; the baseline reads the same data through the JSON
-  API one request after another (54 requests). The services have no release yet.
+  project of 1,000 services in one environment (the matrix shows 50 services a page: the
+  project, its environments, one read of the API's project matrix for the page's cells, and
+  the clusters for the new-environment form), 30 times after 3 warm-ups; the baseline reads the
+  same data through the JSON API one request after another (4 requests). The first 50
+  services are deployed (the deployments stay in progress: no agent runs); the others have no
+  release.
+- **console organisation overview**: the same console renders the organisation overview of
+  that organisation (projects, clusters and their status, the deployments in progress through
+  the API's one read of them, 50 here, and the last 10 audit log entries) 30 times after 3
+  warm-ups, against the same 5 reads through the JSON API.
 `

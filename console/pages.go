@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -12,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nebulactrl/nebulactrl/api"
@@ -469,36 +469,15 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 			d.Clusters = append(d.Clusters, row)
 		}
 	}
-	for _, p := range d.Projects {
-		pp := apiPath(r, "/projects/"+esc(p.Name))
-		envs, err := list[query.Environment](c, r, s.token, pp+"/environments", 0)
-		if err != nil {
-			c.fail(w, r, s, err)
-			return
-		}
-		svcs, err := list[query.Service](c, r, s.token, pp+"/services", 0)
-		if err != nil {
-			c.fail(w, r, s, err)
-			return
-		}
-		// No route lists an organisation's deployments in progress: each
-		// service's latest deployment in each environment is read.
-		found := make([]*progressRow, len(envs)*len(svcs))
-		parallel(len(found), func(k int) {
-			e, sv := envs[k/len(svcs)], svcs[k%len(svcs)]
-			var t api.TargetView
-			if _, err := c.call(r, s.token, "GET", pp+"/environments/"+esc(e.Name)+"/services/"+esc(sv.Name), nil, &t); err != nil {
-				return
-			}
-			if t.LatestDeployment != nil && !isTerminal(t.LatestDeployment.Status) {
-				found[k] = &progressRow{Project: p.Name, Env: e.Name, Service: sv.Name, D: *t.LatestDeployment}
-			}
-		})
-		for _, f := range found {
-			if f != nil {
-				d.InProgress = append(d.InProgress, *f)
-			}
-		}
+	// The organisation's deployments in progress: one read of the API.
+	ds, err := list[api.DeploymentInProgress](c, r, s.token, apiPath(r, "/deployments?status=in-progress"), 0)
+	if err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	for _, x := range ds {
+		d.InProgress = append(d.InProgress, progressRow{Project: x.Project, Env: x.Environment, Service: x.Service,
+			D: api.DeploymentView{Deployment: x.Deployment, Blockers: x.Blockers}})
 	}
 	if v.Can(string(domain.ScopeAuditRead)) {
 		d.CanAudit = true
@@ -512,10 +491,6 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	c.render(w, r, http.StatusOK, "overview", v)
 }
 
-func isTerminal(status string) bool {
-	return status == string(domain.StatusSucceeded) || status == string(domain.StatusFailed) || status == string(domain.StatusSuperseded)
-}
-
 func (c *Console) createProject(w http.ResponseWriter, r *http.Request, s *session) {
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	if _, err := c.call(r, s.token, "POST", apiPath(r, "/projects"), api.CreateProjectRequest{Name: name}, nil); err != nil {
@@ -525,36 +500,16 @@ func (c *Console) createProject(w http.ResponseWriter, r *http.Request, s *sessi
 	c.done(w, r, "/o/"+esc(r.PathValue("org"))+"/p/"+esc(name), "Project "+name+" created.")
 }
 
-// cell is one environment × service of the project matrix.
+// cell is one environment × service of the project matrix; Held is the
+// reason the environment's desired state holds the service ("" if not held).
 type cell struct {
 	Env, Service string
-	Target       *api.TargetView
+	C            api.MatrixCell
 	Held         string
 }
 
 // matrixPage is how many services the project matrix shows at a time.
 const matrixPage = 50
-
-// parallel runs f(0..n-1) on a few goroutines: in-process API reads of a
-// page's cells, each with its own database round trips.
-func parallel(n int, f func(i int)) {
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(n, 4) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				f(i)
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-}
 
 type projectData struct {
 	// Next is the cursor of the next page of services; Paged says this is
@@ -576,16 +531,27 @@ func (c *Console) projectPage(w http.ResponseWriter, r *http.Request, s *session
 		d.Envs, err = list[query.Environment](c, r, s.token, pp+"/environments", 0)
 	}
 	if err == nil {
-		// The matrix shows a page of services at a time (the API's own
-		// pages and cursor): every cell is a read of its own.
-		u := pp + "/services?limit=" + strconv.Itoa(matrixPage)
+		// The matrix shows a page of services at a time, every cell of
+		// the page read at once (the API's matrix route and its cursor).
+		u := pp + "/matrix?limit=" + strconv.Itoa(matrixPage)
 		if cur := r.URL.Query().Get("cursor"); cur != "" {
 			u += "&cursor=" + url.QueryEscape(cur)
 			d.Paged = true
 		}
-		var pg api.Page[query.Service]
+		var pg api.Page[api.MatrixRow]
 		if _, err = c.call(r, s.token, "GET", u, nil, &pg); err == nil {
-			d.Services, d.Next = pg.Items, pg.Next
+			d.Next = pg.Next
+			d.Rows = make([][]cell, len(pg.Items))
+			for i, row := range pg.Items {
+				d.Services = append(d.Services, row.Service)
+				d.Rows[i] = make([]cell, len(row.Cells))
+				for j, mc := range row.Cells {
+					d.Rows[i][j] = cell{Env: mc.Environment, Service: row.Service.Name, C: mc}
+					if mc.Held {
+						d.Rows[i][j].Held = cmp.Or(mc.HeldReason, "held")
+					}
+				}
+			}
 		}
 	}
 	if err != nil {
@@ -595,51 +561,6 @@ func (c *Console) projectPage(w http.ResponseWriter, r *http.Request, s *session
 	v := c.view(r, s, "Project "+d.Project.Name, &d, "")
 	if v.Can(string(domain.ScopeProjectsWrite)) && v.Can(string(domain.ScopeServersRead)) {
 		d.Clusters, _ = list[query.Cluster](c, r, s.token, "/api/v1/orgs/"+esc(r.PathValue("org"))+"/clusters", 0)
-	}
-	d.Rows = make([][]cell, len(d.Services))
-	for i, sv := range d.Services {
-		d.Rows[i] = make([]cell, len(d.Envs))
-		for j, e := range d.Envs {
-			d.Rows[i][j] = cell{Env: e.Name, Service: sv.Name}
-		}
-	}
-	parallel(len(d.Services)*max(len(d.Envs), 1), func(k int) {
-		if len(d.Envs) == 0 {
-			return
-		}
-		cl := &d.Rows[k/len(d.Envs)][k%len(d.Envs)]
-		var t api.TargetView
-		if _, err := c.call(r, s.token, "GET", pp+"/environments/"+esc(cl.Env)+"/services/"+esc(cl.Service), nil, &t); err == nil {
-			cl.Target = &t
-		}
-	})
-	// Held services, from each environment's desired state.
-	for j, e := range d.Envs {
-		var rev struct {
-			Document struct {
-				Services []struct {
-					Name       string `json:"name"`
-					Held       bool   `json:"held"`
-					HeldReason string `json:"heldReason"`
-				} `json:"services"`
-			} `json:"document"`
-		}
-		if _, err := c.call(r, s.token, "GET", pp+"/environments/"+esc(e.Name)+"/state", nil, &rev); err != nil {
-			continue
-		}
-		for _, hs := range rev.Document.Services {
-			if !hs.Held {
-				continue
-			}
-			for i := range d.Rows {
-				if d.Rows[i][j].Service == hs.Name {
-					d.Rows[i][j].Held = hs.HeldReason
-					if d.Rows[i][j].Held == "" {
-						d.Rows[i][j].Held = "held"
-					}
-				}
-			}
-		}
 	}
 	c.render(w, r, http.StatusOK, "project", v)
 }
