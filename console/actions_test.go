@@ -130,6 +130,11 @@ func TestConsoleActionsInChromium(t *testing.T) {
 	require.EqualValues(t, 3, itemWith(t, items(t, staging+"/replicas", admin), "process", process)["replicas"])
 	b.open(page, "#scale-form")
 	b.visit("service-actions")
+	// Without the CSRF token an owner's forged form is refused too.
+	require.Equal(t, http.StatusForbidden, b.post(page+"/variables", map[string]string{"name": "NO_CSRF", "value": "1"}, false))
+	require.Equal(t, http.StatusForbidden, b.post(page+"/domains/shop.example.com/remove", map[string]string{"confirmed": "yes"}, false))
+	require.False(t, hasItem(items(t, staging+"/variables", admin), "name", "NO_CSRF"))
+	require.Len(t, items(t, staging+"/domains", admin), 1)
 
 	// A protected environment: the variable waits in a change set.
 	b.open("/o/acme/p/shop/e/production/s/api", "#set-var-form")
