@@ -311,3 +311,34 @@ func (c *Client) WatchEnvironment(ctx context.Context, org, project, env string,
 		return handle(a)
 	})
 }
+
+// WatchAudit follows an organisation's audit log (q.Org; the instance-wide
+// log has no stream): each new entry that matches q's Action, Actor,
+// Target and Since, in seq order, from what happens next (or after
+// opts.LastEventID: an entry's seq, or a page's Next). Cursor, Until and
+// Limit do not apply.
+func (c *Client) WatchAudit(ctx context.Context, q AuditQuery, opts StreamOptions,
+	handle func(query.AuditEntry) (stop bool, err error)) error {
+	if q.Org == "" {
+		return errors.New("client: WatchAudit needs an organisation (the instance-wide audit log has no stream)")
+	}
+	v := url.Values{}
+	for k, s := range map[string]string{"action": q.Action, "actor": q.Actor, "target": q.Target} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.UTC().Format(time.RFC3339))
+	}
+	return c.Stream(ctx, path("/api/v1/orgs/%s/audit/events", q.Org), v, opts, func(e Event) (bool, error) {
+		if e.Name != "audit" {
+			return false, nil
+		}
+		var a query.AuditEntry
+		if err := json.Unmarshal(e.Data, &a); err != nil {
+			return false, fmt.Errorf("reading an audit event: %w", err)
+		}
+		return handle(a)
+	})
+}
