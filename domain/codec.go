@@ -96,7 +96,7 @@ var codecs = map[string]eventCodec{
 	// Agent upgrades (upgrade.go).
 	"server.agent.upgrade.requested": {1, decodeV1[AgentUpgradeRequested]},
 	"server.agent.upgraded":          {1, decodeV1[AgentUpgraded]},
-	"server.agent.upgrade.failed":    {1, decodeV1[AgentUpgradeFailed]},
+	"server.agent.upgrade.failed":    {2, decodeUpTo[AgentUpgradeFailed](2)},
 	"agent.rollout.started":          {1, decodeV1[AgentRolloutStarted]},
 	"agent.rollout.halted":           {1, decodeV1[AgentRolloutHalted]},
 	"agent.rollout.completed":        {1, decodeV1[AgentRolloutCompleted]},

@@ -128,17 +128,21 @@ type AgentUpgraded struct {
 // (rolled_back, learned from its facts, possibly long after), or did not
 // connect again with the target version in time (timed_out). UpgradeID is
 // empty for a rollback the control plane learns of after the upgrade had
-// already ended.
+// already ended. ReportedAt (schema 2) is the time the agent's facts gave,
+// as given (At is the control plane's, never later than the connect): the
+// same report at a later connect is known by it. Nil in schema 1 events and
+// in failures not learned from the facts.
 type AgentUpgradeFailed struct {
-	ClusterID string    `json:"clusterId"`
-	ServerID  string    `json:"serverId"`
-	UpgradeID string    `json:"upgradeId,omitempty"`
-	To        string    `json:"to"`
-	State     string    `json:"state"`
-	Step      string    `json:"step,omitempty"`
-	Reason    string    `json:"reason"`
-	RolloutID string    `json:"rolloutId,omitempty"`
-	At        time.Time `json:"at"`
+	ClusterID  string     `json:"clusterId"`
+	ServerID   string     `json:"serverId"`
+	UpgradeID  string     `json:"upgradeId,omitempty"`
+	To         string     `json:"to"`
+	State      string     `json:"state"`
+	Step       string     `json:"step,omitempty"`
+	Reason     string     `json:"reason"`
+	RolloutID  string     `json:"rolloutId,omitempty"`
+	At         time.Time  `json:"at"`
+	ReportedAt *time.Time `json:"reportedAt,omitempty"`
 }
 
 // Message is how the failure reads on the server's page.
@@ -397,6 +401,7 @@ func (s *ServerLink) upgradeOnConnect(c RecordConnection, m Meta) []Event {
 	if s.LastReport != nil && s.LastReport.To == f.To && s.LastReport.State == f.State && s.LastReport.At.Equal(f.At) {
 		return nil // already learned
 	}
+	reported := f.At
 	at := f.At
 	if at.IsZero() || at.After(m.Now) {
 		at = m.Now
@@ -404,14 +409,14 @@ func (s *ServerLink) upgradeOnConnect(c RecordConnection, m Meta) []Event {
 	reason := or0(f.Reason, "no reason given")
 	if p != nil && p.To == f.To && !at.Before(p.At) {
 		return []Event{AgentUpgradeFailed{ClusterID: c.ClusterID, ServerID: c.ServerID, UpgradeID: p.UpgradeID, To: f.To, State: f.State,
-			Reason: reason, RolloutID: p.RolloutID, At: at}}
+			Reason: reason, RolloutID: p.RolloutID, At: at, ReportedAt: &reported}}
 	}
 	if f.State != UpgradeRolledBack {
 		return nil
 	}
 	// A rollback the control plane was not connected for (or whose upgrade
 	// had already timed out): it is learned all the same.
-	return []Event{AgentUpgradeFailed{ClusterID: c.ClusterID, ServerID: c.ServerID, To: f.To, State: f.State, Reason: reason, At: at}}
+	return []Event{AgentUpgradeFailed{ClusterID: c.ClusterID, ServerID: c.ServerID, To: f.To, State: f.State, Reason: reason, At: at, ReportedAt: &reported}}
 }
 
 // RolledBack is a version an agent rolled back, and when.
@@ -432,7 +437,11 @@ func (s *ServerLink) applyUpgrade(e Event) {
 			s.Upgrade = nil
 		}
 		if e.State == UpgradeRolledBack || e.State == UpgradeFailed {
-			s.LastReport = &UpgradeFacts{To: e.To, State: e.State, At: e.At}
+			at := e.At
+			if e.ReportedAt != nil {
+				at = *e.ReportedAt
+			}
+			s.LastReport = &UpgradeFacts{To: e.To, State: e.State, At: at}
 		}
 		if e.State == UpgradeRolledBack {
 			s.RolledBack = &RolledBack{Version: e.To, Reason: e.Reason, At: e.At}

@@ -194,3 +194,21 @@ func TestALateDisconnectOfAnEarlierConnectionChangesNothing(t *testing.T) {
 	require.Len(t, decideServer(t, s, now, domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Session: "two"}), 1)
 	require.False(t, s.Connected)
 }
+
+// An agent whose clock runs ahead of the control plane's (or that sends no
+// time) reports the same rollback at every connect: it is learned once, not
+// audited again and its 24 h hold not moved at each reconnect.
+func TestARollbackFromAnAgentWithAnotherClockIsLearnedOnce(t *testing.T) {
+	t.Parallel()
+	for name, at := range map[string]time.Time{"ahead": now.Add(time.Hour), "no time": {}} {
+		s := connected(t, "1.4.0", yes())
+		facts := &domain.UpgradeFacts{From: "1.4.0", To: "1.5.0", State: domain.UpgradeRolledBack, Reason: "crash loop", At: at}
+		connect := domain.RecordConnection{ClusterID: clusterID, ServerID: serverID, Connected: true, Version: "1.4.0", Arch: "amd64", Upgradable: yes(), AgentUpgrade: facts}
+		ev := decideServer(t, s, now.Add(time.Minute), connect)
+		require.Len(t, ev, 2, name)
+		f := ev[1].(domain.AgentUpgradeFailed)
+		require.Equal(t, now.Add(time.Minute), f.At, "%s: a time ahead of the control plane's is not recorded", name)
+		require.Len(t, decideServer(t, s, now.Add(2*time.Minute), connect), 1, "%s: learned once", name)
+		require.Equal(t, now.Add(time.Minute), s.RolledBack.At, "%s: the hold is not moved", name)
+	}
+}
