@@ -353,8 +353,9 @@ func (u *Updater) setConnected(c bool) {
 }
 
 // Run keeps the probation of a new binary until ctx ends: kept after
-// KeepAfter connected; rolled back (and Exit) when it has not stayed
-// connected within ConnectWithin of its start. Nothing to do otherwise.
+// KeepAfter connected; rolled back (and Exit) when it is not connected
+// ConnectWithin after its start, or when, connected then, it drops before
+// KeepAfter. Nothing to do otherwise.
 func (u *Updater) Run(ctx context.Context) {
 	u.mu.Lock()
 	probation, started := u.probation, u.started
@@ -365,15 +366,39 @@ func (u *Updater) Run(ctx context.Context) {
 	deadline := u.cfg.Clock.After(u.cfg.ConnectWithin - u.cfg.Clock.Now().Sub(started))
 	armed := -1
 	var keep <-chan time.Time
+	// overdue: the deadline passed while connected (connected within
+	// ConnectWithin): the binary is kept after KeepAfter connected, and
+	// rolled back if it drops before.
+	overdue := false
+	rollback := func() {
+		u.mu.Lock()
+		err := u.rollbackLocked(fmt.Sprintf("the new binary did not stay connected to the control plane for %s within %s of its start",
+			u.cfg.KeepAfter, u.cfg.ConnectWithin))
+		u.mu.Unlock()
+		if err != nil && !errors.Is(err, ErrRestart) {
+			u.cfg.Logger.Error("rolling back", "err", err)
+			return
+		}
+		u.cfg.Exit("rolled back")
+	}
 	for {
 		u.mu.Lock()
 		connected, gen := u.connected, u.gen
 		u.mu.Unlock()
 		switch {
 		case connected && armed != gen:
+			if overdue {
+				// Dropped and reconnected since the deadline.
+				rollback()
+				return
+			}
 			keep, armed = u.cfg.Clock.After(u.cfg.KeepAfter), gen
 		case !connected:
 			keep, armed = nil, -1
+			if overdue {
+				rollback()
+				return
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -390,14 +415,14 @@ func (u *Updater) Run(ctx context.Context) {
 			return
 		case <-deadline:
 			u.mu.Lock()
-			err := u.rollbackLocked(fmt.Sprintf("the new binary did not stay connected to the control plane for %s within %s of its start",
-				u.cfg.KeepAfter, u.cfg.ConnectWithin))
+			still := u.connected
 			u.mu.Unlock()
-			if err != nil && !errors.Is(err, ErrRestart) {
-				u.cfg.Logger.Error("rolling back", "err", err)
-				return
+			if still {
+				// Connected within ConnectWithin: not rolled back now.
+				deadline, overdue = nil, true
+				continue
 			}
-			u.cfg.Exit("rolled back")
+			rollback()
 			return
 		}
 	}

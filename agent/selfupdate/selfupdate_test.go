@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -596,4 +597,61 @@ func TestCannotUpgradeSaysWhy(t *testing.T) {
 	f.arch = "arm64"
 	ok, why = f.updater("1.0.0").Can()
 	require.True(t, ok, why)
+}
+
+// A new binary that connects just before the 5-minute mark was connected
+// within 5 minutes: it is not rolled back at the mark, and it is kept once
+// it has stayed connected for 20 s (injected clock). One that drops before
+// those 20 s, after the mark, is rolled back.
+func TestProbationKeepsABinaryThatConnectsJustBeforeTheDeadline(t *testing.T) {
+	for _, drops := range []bool{false, true} {
+		t.Run(fmt.Sprintf("drops=%v", drops), func(t *testing.T) {
+			f := newFixture(t, "1.0.0")
+			v2 := f.upgraded(false)
+			u := f.updater("2.0.0")
+			require.NoError(t, u.Start())
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan struct{})
+			base := f.clock.waiting()
+			go func() { defer close(done); u.Run(ctx) }()
+			require.Eventually(t, func() bool { return f.clock.waiting() == base+1 }, 5*time.Second, time.Millisecond)
+			f.clock.Advance(ConnectWithin - 10*time.Second)
+			u.Connected()
+			require.Eventually(t, func() bool { return f.clock.waiting() == base+2 }, 5*time.Second, time.Millisecond)
+			f.clock.Advance(10 * time.Second) // the 5-minute mark, connected for 10 s
+			select {
+			case r := <-f.exits:
+				t.Fatalf("exited (%s) although connected within 5 minutes", r)
+			case <-time.After(50 * time.Millisecond):
+			}
+			require.Equal(t, string(v2), f.binary())
+			if drops {
+				u.Disconnected()
+				select {
+				case r := <-f.exits:
+					require.Equal(t, "rolled back", r)
+				case <-time.After(5 * time.Second):
+					t.Fatal("not rolled back after dropping past the 5-minute mark")
+				}
+				require.Equal(t, string(script("1.0.0")), f.binary())
+				require.Equal(t, transport.UpgradeRolledBack, f.record().State)
+				return
+			}
+			f.clock.Advance(KeepAfter - 10*time.Second)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("not kept after 20 s connected")
+			}
+			require.False(t, u.OnProbation())
+			require.Equal(t, transport.UpgradeSucceeded, f.record().State)
+			require.Equal(t, string(v2), f.binary())
+			select {
+			case r := <-f.exits:
+				t.Fatalf("exited (%s) although kept", r)
+			default:
+			}
+		})
+	}
 }
