@@ -387,7 +387,7 @@ func (u *Updater) Run(ctx context.Context) {
 		u.mu.Unlock()
 		switch {
 		case connected && armed != gen:
-			if overdue {
+			if overdue && armed != -1 {
 				// Dropped and reconnected since the deadline.
 				rollback()
 				return
