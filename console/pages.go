@@ -354,9 +354,16 @@ func (c *Console) renderSignIn(w http.ResponseWriter, r *http.Request, status in
 	c.render(w, r, status, "signin", v)
 }
 
-// safeNext keeps a redirect after sign-in on this site.
+// safeNext keeps a redirect after sign-in on this site: a path of its own,
+// with no control character or backslash anywhere (a browser drops tabs and
+// newlines from a URL and reads \ as /, so "/\t/evil.example" would
+// become "//evil.example", another site).
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || strings.HasPrefix(next, "/signin") {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/signin") ||
+		strings.ContainsFunc(next, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '\\' }) {
+		return "/"
+	}
+	if u, err := url.Parse(next); err != nil || u.Scheme != "" || u.Host != "" || u.User != nil {
 		return "/"
 	}
 	return next
