@@ -13,8 +13,9 @@
 # (a control plane of the new version that starts within 24 hours reuses that
 # backup); for a control plane older than that command, a pg_dump into
 # $NEBULACTRL_BACKUP_HOST_DIR/pre-upgrade-<time>.dump (mode 0600). When the
-# backup fails it stops, and nothing is changed. Then it sets the new version
-# in .env, pulls the image and restarts the control plane, which migrates its
+# backup fails it stops, and nothing is changed. Then it pulls the new
+# version's image (when that fails it stops, and nothing is changed), sets the
+# new version in .env and restarts the control plane, which migrates its
 # database.
 #
 # Settings (environment): NEBULACTRL_HOME (/opt/nebulactrl),
@@ -143,11 +144,16 @@ upgrade() {
   from=$(env_get NEBULACTRL_VERSION)
   say "upgrading NebulaCtrl in $home from ${from:-an unknown version} to $version"
   backup_before_upgrade
+  # The new version's image is pulled before anything changes: a version
+  # that cannot be pulled leaves the installation as it was. (The shell's
+  # NEBULACTRL_VERSION and NEBULACTRL_IMAGE win over .env in compose.yaml;
+  # the image stays as installed unless NEBULACTRL_IMAGE is given again.)
+  if ! NEBULACTRL_VERSION=$version NEBULACTRL_IMAGE=${NEBULACTRL_IMAGE:-$(env_get NEBULACTRL_IMAGE)} compose pull; then
+    die "pulling NebulaCtrl $version failed (is $version released?): stopping, nothing was changed"
+  fi
   cp "$here/compose.yaml" "$home/compose.yaml"
   env_set NEBULACTRL_VERSION "$version"
-  # The image stays as installed unless NEBULACTRL_IMAGE is given again.
   if [ -n "${NEBULACTRL_IMAGE:-}" ]; then env_set NEBULACTRL_IMAGE "$image"; fi
-  compose pull
   compose up -d --wait
   say "NebulaCtrl $version is running."
 }

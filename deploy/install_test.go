@@ -31,7 +31,10 @@ case "$*" in
   "compose exec -T postgres pg_dump"*)
     if [ "${STANDIN_PGDUMP_RC:-0}" = 0 ]; then printf 'PGDMP stand-in dump'; fi
     exit "${STANDIN_PGDUMP_RC:-0}" ;;
-  "compose pull"*|"compose up"*) exit "${STANDIN_UP_RC:-0}" ;;
+  "compose pull"*)
+    printf '%s\n' "${NEBULACTRL_VERSION:-}" >>"$STANDIN_LOG.pulled"
+    exit "${STANDIN_PULL_RC:-${STANDIN_UP_RC:-0}}" ;;
+  "compose up"*) exit "${STANDIN_UP_RC:-0}" ;;
 esac
 echo "stand-in docker: unexpected call: $*" >&2
 exit 99
@@ -230,6 +233,38 @@ func TestUpgradeOfAStoppedControlPlane(t *testing.T) {
 	require.Less(t, index(calls, "compose up -d --wait postgres"), index(calls, "compose exec -T postgres pg_dump"))
 	files, _ := filepath.Glob(filepath.Join(e.backups, "pre-upgrade-*.dump"))
 	require.Len(t, files, 1)
+}
+
+// The new version's image is pulled before the installation is changed: a
+// version that cannot be pulled (a typo, an unpublished release) stops the
+// upgrade with .env and compose.yaml as they were and nothing restarted.
+func TestUpgradeStopsWhenThePullFails(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	code, _, out := e.install(t, nil, "1.5.0")
+	require.Zero(t, code, out)
+	require.NoError(t, os.WriteFile(filepath.Join(e.home, "compose.yaml"), []byte("# the installed one\n"), 0o644))
+	os.Remove(e.log + ".pulled")
+	code, calls, out := e.install(t, map[string]string{"STANDIN_RUNNING": "c0ffee", "STANDIN_PULL_RC": "1"}, "1.6.9")
+	require.NotZero(t, code, out)
+	require.Contains(t, out, "nothing was changed")
+	pulled, err := os.ReadFile(e.log + ".pulled")
+	require.NoError(t, err)
+	require.Equal(t, "1.6.9\n", string(pulled), "the new version's image is what is pulled")
+	require.Equal(t, -1, index(calls, "compose up"), "nothing restarted: %q", calls)
+	require.Equal(t, "1.5.0", e.dotenv(t)["NEBULACTRL_VERSION"])
+	compose, err := os.ReadFile(filepath.Join(e.home, "compose.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, "# the installed one\n", string(compose))
+
+	// It pulls fine: the upgrade goes through.
+	os.Remove(e.log + ".pulled")
+	code, _, out = e.install(t, map[string]string{"STANDIN_RUNNING": "c0ffee"}, "1.6.0")
+	require.Zero(t, code, out)
+	require.Equal(t, "1.6.0", e.dotenv(t)["NEBULACTRL_VERSION"])
+	pulled, err = os.ReadFile(e.log + ".pulled")
+	require.NoError(t, err)
+	require.Equal(t, "1.6.0\n", string(pulled))
 }
 
 func TestBadInput(t *testing.T) {
