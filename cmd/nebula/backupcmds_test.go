@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -169,4 +171,24 @@ func TestPreUpgradeBackupOfTheManagedDatabase(t *testing.T) {
 	list, err := backup.List(filepath.Join(data, "backups"))
 	require.NoError(t, err)
 	require.Len(t, list, 1)
+}
+
+// A control plane listening on one address of its own (not all of them) is
+// asked there, not on 127.0.0.1 where nothing answers.
+func TestHealthcheckAsksTheListenAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	require.NoError(t, err, "127.0.0.2 is a loopback address on Linux")
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	t.Setenv(config.EnvListen, ln.Addr().String())
+	err, out, _ := runAs(t, "/usr/local/bin/nebulactrl-server", "healthcheck", "--timeout", "5s")
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", out)
 }

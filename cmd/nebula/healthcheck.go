@@ -19,9 +19,10 @@ func healthcheckCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "healthcheck",
 		Usage: "exit 0 when the control plane on this machine is ready (/readyz answers 200), 1 otherwise",
-		Description: `Asks /readyz of the control plane listening on NEBULACTRL_LISTEN, over
-loopback (https when NEBULACTRL_TLS_CERT is set, without checking the
-certificate's name: it is this machine). The health check of the container
+		Description: `Asks /readyz of the control plane listening on NEBULACTRL_LISTEN: at its
+address, over loopback when it listens on all of them (https when
+NEBULACTRL_TLS_CERT is set, without checking the certificate's name: it is
+this machine). The health check of the container
 image and of deploy/compose.yaml.
 
 Example:
@@ -32,9 +33,14 @@ Example:
 			if err != nil {
 				return err
 			}
-			_, port, err := net.SplitHostPort(cfg.Listen)
+			host, port, err := net.SplitHostPort(cfg.Listen)
 			if err != nil {
 				return fmt.Errorf("%s=%q: %w", config.EnvListen, cfg.Listen, err)
+			}
+			// All addresses (0.0.0.0, ::, none): loopback; one address of
+			// this machine: that one, where the server listens.
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				host = "127.0.0.1"
 			}
 			scheme := "http"
 			tr := &http.Transport{}
@@ -44,7 +50,7 @@ Example:
 			}
 			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+net.JoinHostPort("127.0.0.1", port)+"/readyz", nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+net.JoinHostPort(host, port)+"/readyz", nil)
 			if err != nil {
 				return err
 			}
