@@ -148,6 +148,12 @@ func pgCommand(ctx context.Context, binDir, tool, rawURL string, args ...string)
 			u.User = url.User(u.User.Username())
 		}
 	}
+	// A password=... parameter (libpq's other place for it) too.
+	if q := u.Query(); q.Has("password") {
+		env = append(env, "PGPASSWORD="+q.Get("password"))
+		q.Del("password")
+		u.RawQuery = q.Encode()
+	}
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, tool), append([]string{"--dbname=" + u.String()}, args...)...)
 	cmd.Env = env
 	// No /dev/null needed (a bare chroot has none): an empty input.
