@@ -785,6 +785,10 @@ type auditData struct {
 	Actor, Action, Target, Since, Until string
 	Next                                string
 	Query                               string
+	// Later is the address of the next page: the filters and the cursor,
+	// built here (html/template would escape a query written into the
+	// href's query part as a single value, losing the filters).
+	Later string
 	// Live is the address of the organisation's audit stream, filtered as
 	// the page and starting after its last row, when the page is the end
 	// of the log (no next page, no until): new rows are added as they
@@ -815,6 +819,14 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, s *session) 
 	aq.Del("limit")
 	aq.Del("cursor")
 	d.Query = aq.Encode()
+	if d.Next != "" {
+		lq := url.Values{}
+		for k, v := range aq {
+			lq[k] = v
+		}
+		lq.Set("cursor", d.Next)
+		d.Later = "/o/" + esc(r.PathValue("org")) + "/audit?" + lq.Encode()
+	}
 	if d.Next == "" && d.Until == "" {
 		// The stream is filtered as the list (since too), so that starting
 		// after the last row shown (or the cursor, or the beginning when no
