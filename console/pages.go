@@ -1171,8 +1171,8 @@ func (c *Console) environmentPage(w http.ResponseWriter, r *http.Request, s *ses
 }
 
 // documentDiff says, service by service, what changed from document a to
-// document b: release image, held, replicas, variables (secret values are
-// not compared: they are sealed), domains.
+// document b: release image, held, replicas, variables (a secret's sealed
+// value is compared as stored, never opened or shown), domains.
 func documentDiff(a, b desiredstate.Document) []string {
 	var out []string
 	old := map[string]desiredstate.Service{}
@@ -1211,8 +1211,15 @@ func documentDiff(a, b desiredstate.Document) []string {
 			switch {
 			case !ok:
 				out = append(out, n.Name+": variable "+v.Name+" set")
-			case v.Secret == nil && ov.Secret == nil && ov.Value != v.Value:
+			case (v.Secret == nil) != (ov.Secret == nil):
+				out = append(out, n.Name+": variable "+v.Name+" changed (now "+map[bool]string{true: "secret", false: "plain"}[v.Secret != nil]+")")
+			case v.Secret == nil && ov.Value != v.Value:
 				out = append(out, n.Name+": variable "+v.Name+" changed")
+			case v.Secret != nil && (v.Secret.DataKeyID != ov.Secret.DataKeyID || !bytes.Equal(v.Secret.Ciphertext, ov.Secret.Ciphertext)):
+				// Sealed values are compared as they are stored (a
+				// revision copies them, it does not seal again): a
+				// different one was set.
+				out = append(out, n.Name+": secret variable "+v.Name+" changed")
 			}
 			delete(vars, v.Name)
 		}
