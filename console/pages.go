@@ -920,8 +920,18 @@ func (c *Console) renderSettings(w http.ResponseWriter, r *http.Request, s *sess
 func (c *Console) createToken(w http.ResponseWriter, r *http.Request, s *session) {
 	_ = r.ParseForm()
 	req := api.CreateTokenRequest{Name: strings.TrimSpace(r.PostFormValue("name")), Scopes: r.PostForm["scope"]}
-	if n := r.PostFormValue("days"); n != "" {
-		req.ExpiresInDays, _ = strconv.Atoi(n)
+	if n := strings.TrimSpace(r.PostFormValue("days")); n != "" {
+		// A bad expiry is refused, not read as none (0 makes a token
+		// that never expires).
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 1 || days > 3650 {
+			if !c.allowed(w, r, s, domain.ScopeTokensWrite) {
+				return
+			}
+			c.invalid(w, r, s, "Invalid expiry", "The expiry must be a whole number of days from 1 to 3650, or empty for a token that does not expire.")
+			return
+		}
+		req.ExpiresInDays = days
 	}
 	var out api.CreatedToken
 	if _, err := c.call(r, s.token, "POST", "/api/v1/tokens", req, &out); err != nil {
