@@ -179,6 +179,14 @@ func TestReadCommandShapes(t *testing.T) {
 	shape("domain_list", "domain", "list", "acme/shop/staging")
 	shape("releases", "releases", "acme/shop/staging/api")
 	shape("deployments", "deployments", "acme/shop/staging/api")
+	// The reactions open the deployment's stream (its "delivering" stage)
+	// a moment after the deploy: wait for it, so that the shape of a stage
+	// is checked every time instead of depending on timing.
+	require.Eventually(t, func() bool {
+		d, ok := decodeJSON(t, c.ok("deployments", "show", "acme/shop/staging/api", "-o", "json")).(map[string]any)
+		stages, _ := d["stages"].([]any)
+		return ok && len(stages) > 0
+	}, 30*time.Second, 100*time.Millisecond, "the deployment's first stage")
 	shape("deployments_show", "deployments", "show", "acme/shop/staging/api")
 	shape("changeset_list", "changeset", "list", "acme/shop/production")
 	shape("changeset_show", "changeset", "show", "acme/shop/production", changeSetID)
