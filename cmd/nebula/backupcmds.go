@@ -121,7 +121,9 @@ Example:
 			defer done()
 			o, err := backup.PreUpgrade(c.Context, pool, backup.Config{DatabaseURL: url, Dir: dir, Version: version}, target, force)
 			if err != nil {
-				return exitError{exitBackupFailed, err}
+				// Not even an outcome (the lock, the record): a failure
+				// like any other, a warning under --force.
+				return fail(err)
 			}
 			if !o.Succeeded {
 				fmt.Fprintf(c.App.ErrWriter, "warning: the pre-upgrade backup failed, going on (--force): %s\n", o.Error)
