@@ -551,9 +551,21 @@ func (c *Console) projectPage(w http.ResponseWriter, r *http.Request, s *session
 			d.Rows = make([][]cell, len(pg.Items))
 			for i, row := range pg.Items {
 				d.Services = append(d.Services, row.Service)
-				d.Rows[i] = make([]cell, len(row.Cells))
-				for j, mc := range row.Cells {
-					d.Rows[i][j] = cell{Env: mc.Environment, Service: row.Service.Name, C: mc}
+				// The columns are d.Envs (read before the matrix): each
+				// row's cells are put under them by environment id, so an
+				// environment created or deleted between the two reads
+				// cannot shift a cell under another's header.
+				byEnv := make(map[string]api.MatrixCell, len(row.Cells))
+				for _, mc := range row.Cells {
+					byEnv[mc.EnvironmentID] = mc
+				}
+				d.Rows[i] = make([]cell, len(d.Envs))
+				for j, env := range d.Envs {
+					mc, ok := byEnv[env.ID]
+					if !ok {
+						mc = api.MatrixCell{EnvironmentID: env.ID, Environment: env.Name}
+					}
+					d.Rows[i][j] = cell{Env: env.Name, Service: row.Service.Name, C: mc}
 					if mc.Held {
 						d.Rows[i][j].Held = cmp.Or(mc.HeldReason, "held")
 					}
@@ -1064,6 +1076,11 @@ func list[T any](c *Console, r *http.Request, token, p string, limit int) ([]T, 
 		all = append(all, pg.Items...)
 		if pg.Next == "" || limit > 0 {
 			return all, nil
+		}
+		if pg.Next == next || len(pg.Items) == 0 {
+			// A page that does not advance would loop for ever (the Go
+			// client refuses it the same way).
+			return nil, fmt.Errorf("listing %s: the page after cursor %q does not advance", p, next)
 		}
 		next = pg.Next
 	}
