@@ -218,17 +218,24 @@ func (r *Reactions) send(ctx context.Context, serverID string, u AgentUpgrade) e
 // this replica that it has not sent yet: the reaction to a request runs on
 // whichever replica handles the batch, and the agent may be connected to
 // another, or connect again after a lost connection. It runs until ctx
-// ends, looking whenever wake fires and every few seconds.
+// ends, looking whenever wake fires (at most every deliverEvery: wakes come
+// with every change, and a burst of changes must not become a burst of
+// reads) and every few seconds.
 func (r *Reactions) DeliverUpgrades(ctx context.Context, connected func() []string, wake <-chan struct{}) error {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
+			if time.Since(last) < deliverEvery {
+				continue
+			}
 		case <-tick.C:
 		}
+		last = time.Now()
 		if r.cfg.Upgrades.Sender == nil {
 			continue
 		}
@@ -242,11 +249,20 @@ func (r *Reactions) DeliverUpgrades(ctx context.Context, connected func() []stri
 	}
 }
 
+// deliverEvery is how often, at most, a wake makes DeliverUpgrades look.
+const deliverEvery = 500 * time.Millisecond
+
 func (r *Reactions) deliverPending(ctx context.Context, serverIDs []string) error {
+	// The upgrades in progress are few and the connected servers many (a
+	// replica may hold thousands): read the few, keep those connected here.
+	here := make(map[string]bool, len(serverIDs))
+	for _, id := range serverIDs {
+		here[id] = true
+	}
 	rows, err := r.pool.Query(ctx, `SELECT s.id::text, e.payload FROM servers s
 		JOIN LATERAL (SELECT payload FROM events WHERE stream_id = 'server-' || s.id::text AND event_type = 'server.agent.upgrade.requested'
 			ORDER BY stream_version DESC LIMIT 1) e ON true
-		WHERE s.id = ANY($1::uuid[]) AND s.last_upgrade->>'state' = $2`, serverIDs, domain.UpgradeInProgress)
+		WHERE s.last_upgrade->>'state' = $1`, domain.UpgradeInProgress)
 	if err != nil {
 		return fmt.Errorf("reading the pending upgrades: %w", err)
 	}
@@ -261,6 +277,9 @@ func (r *Reactions) deliverPending(ctx context.Context, serverIDs []string) erro
 		if err := rows.Scan(&p.server, &raw); err != nil {
 			rows.Close()
 			return err
+		}
+		if !here[p.server] {
+			continue
 		}
 		if err := json.Unmarshal(raw, &p.req); err != nil {
 			continue
