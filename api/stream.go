@@ -283,41 +283,7 @@ func watchKey(v DeploymentView) string {
 // "audit" events whose id is the entry's seq. Without Last-Event-ID it
 // starts with what happens next.
 func (a *API) environmentEvents(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	{
-		ctx := r.Context()
-		after, given, err := lastEventID(r)
-		if err != nil {
-			return 0, nil, err
-		}
-		if !given {
-			if after, err = query.AuditHead(ctx, a.pool); err != nil {
-				return 0, nil, err
-			}
-		}
-		s, err := startStream(w)
-		if err != nil {
-			return http.StatusOK, nil, nil
-		}
-		const page = 500
-		a.follow(ctx, r, c.route, s, func(ctx context.Context) (bool, error) {
-			for {
-				rows, _, err := query.Audit(ctx, a.pool, query.AuditFilter{OrgID: c.org.ID, EnvironmentID: c.env.ID, After: after, Limit: page})
-				if err != nil {
-					return false, err
-				}
-				for _, e := range rows {
-					if err := s.event("audit", strconv.FormatInt(e.Seq, 10), e); err != nil {
-						return true, nil
-					}
-					after = e.Seq
-				}
-				if len(rows) < page {
-					return false, nil
-				}
-			}
-		})
-		return http.StatusOK, nil, nil
-	}
+	return a.auditStream(w, r, c, query.AuditFilter{OrgID: c.org.ID, EnvironmentID: c.env.ID})
 }
 
 // AuditEvent is the data of an organisation's audit stream's "audit"
@@ -330,11 +296,6 @@ type AuditEvent = query.AuditEntry
 // Last-Event-ID it starts with what happens next; with it, every entry
 // after that seq (an audit entry's seq, or a list's next, resumes too).
 func (a *API) auditEvents(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	ctx := r.Context()
-	after, given, err := lastEventID(r)
-	if err != nil {
-		return 0, nil, err
-	}
 	q := r.URL.Query()
 	f := query.AuditFilter{OrgID: c.org.ID, Action: q.Get("action"), ActorID: q.Get("actor"), Target: q.Get("target")}
 	if v := q.Get("since"); v != "" {
@@ -343,6 +304,18 @@ func (a *API) auditEvents(w http.ResponseWriter, r *http.Request, c *call) (int,
 			return 0, nil, badRequest("query parameter since must be an RFC 3339 time")
 		}
 		f.Since = &t
+	}
+	return a.auditStream(w, r, c, f)
+}
+
+// auditStream streams the audit entries that f lets through as "audit"
+// events whose id is the entry's seq, page by page as they come: after
+// Last-Event-ID when given, else from what happens next.
+func (a *API) auditStream(w http.ResponseWriter, r *http.Request, c *call, f query.AuditFilter) (int, any, error) {
+	ctx := r.Context()
+	after, given, err := lastEventID(r)
+	if err != nil {
+		return 0, nil, err
 	}
 	if !given {
 		if after, err = query.AuditHead(ctx, a.pool); err != nil {
