@@ -139,14 +139,9 @@ func (c *Console) invalid(w http.ResponseWriter, r *http.Request, s *session, ti
 func (c *Console) setVariable(w http.ResponseWriter, r *http.Request, s *session) {
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	in := api.VariableInput{Name: name, Value: r.PostFormValue("value"), Secret: r.PostFormValue("secret") == "on"}
-	cs, err := c.change(r, s, "PUT", apiPath(r, "/variables"), api.SetVariablesRequest{Variables: []api.VariableInput{in}})
-	if err != nil {
-		c.fail(w, r, s, err)
-		return
-	}
 	// The notice never repeats a value: a secret's value goes to the API
 	// and nowhere else.
-	c.changed(w, r, cs, "Variable "+name+" set.")
+	c.act(w, r, s, "PUT", apiPath(r, "/variables"), api.SetVariablesRequest{Variables: []api.VariableInput{in}}, "Variable "+name+" set.")
 }
 
 func (c *Console) unsetVariable(w http.ResponseWriter, r *http.Request, s *session) {
@@ -154,22 +149,12 @@ func (c *Console) unsetVariable(w http.ResponseWriter, r *http.Request, s *sessi
 	if !c.confirm(w, r, s, domain.ScopeProjectsWrite, "Unset the variable "+name+" of "+r.PathValue("service")+" in "+r.PathValue("env")+"?", "Unset "+name, consolePath(r)) {
 		return
 	}
-	cs, err := c.change(r, s, "DELETE", apiPath(r, "/variables/"+esc(name)), nil)
-	if err != nil {
-		c.fail(w, r, s, err)
-		return
-	}
-	c.changed(w, r, cs, "Variable "+name+" unset.")
+	c.act(w, r, s, "DELETE", apiPath(r, "/variables/"+esc(name)), nil, "Variable "+name+" unset.")
 }
 
 func (c *Console) addDomain(w http.ResponseWriter, r *http.Request, s *session) {
 	host := strings.TrimSpace(r.PostFormValue("host"))
-	cs, err := c.change(r, s, "POST", apiPath(r, "/domains"), api.AddDomainRequest{Host: host})
-	if err != nil {
-		c.fail(w, r, s, err)
-		return
-	}
-	c.changed(w, r, cs, "Domain "+host+" added.")
+	c.act(w, r, s, "POST", apiPath(r, "/domains"), api.AddDomainRequest{Host: host}, "Domain "+host+" added.")
 }
 
 func (c *Console) removeDomain(w http.ResponseWriter, r *http.Request, s *session) {
@@ -177,12 +162,7 @@ func (c *Console) removeDomain(w http.ResponseWriter, r *http.Request, s *sessio
 	if !c.confirm(w, r, s, domain.ScopeProjectsWrite, "Stop routing "+host+" to "+r.PathValue("service")+" in "+r.PathValue("env")+"?", "Remove "+host, consolePath(r)) {
 		return
 	}
-	cs, err := c.change(r, s, "DELETE", apiPath(r, "/domains/"+esc(host)), nil)
-	if err != nil {
-		c.fail(w, r, s, err)
-		return
-	}
-	c.changed(w, r, cs, "Domain "+host+" removed.")
+	c.act(w, r, s, "DELETE", apiPath(r, "/domains/"+esc(host)), nil, "Domain "+host+" removed.")
 }
 
 func (c *Console) scale(w http.ResponseWriter, r *http.Request, s *session) {
@@ -195,12 +175,7 @@ func (c *Console) scale(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	process := r.PostFormValue("process")
-	cs, err := c.change(r, s, "PUT", apiPath(r, "/replicas"), api.ScaleRequest{Process: process, Replicas: &n})
-	if err != nil {
-		c.fail(w, r, s, err)
-		return
-	}
-	c.changed(w, r, cs, "Process "+process+" scaled to "+strconv.Itoa(n)+".")
+	c.act(w, r, s, "PUT", apiPath(r, "/replicas"), api.ScaleRequest{Process: process, Replicas: &n}, "Process "+process+" scaled to "+strconv.Itoa(n)+".")
 }
 
 func settingsPath(r *http.Request) string { return "/o/" + esc(r.PathValue("org")) + "/settings" }
@@ -259,4 +234,15 @@ func (c *Console) revokeServer(w http.ResponseWriter, r *http.Request, s *sessio
 		return
 	}
 	c.done(w, r, settingsPath(r), "Server "+name+" revoked.")
+}
+
+// act sends one change to the API and answers with what became of it: the
+// change set it waits in (a protected environment), or notice.
+func (c *Console) act(w http.ResponseWriter, r *http.Request, s *session, method, path string, body any, notice string) {
+	cs, err := c.change(r, s, method, path, body)
+	if err != nil {
+		c.fail(w, r, s, err)
+		return
+	}
+	c.changed(w, r, cs, notice)
 }

@@ -688,8 +688,7 @@ func (c *Console) afterDeploy(w http.ResponseWriter, r *http.Request, out api.De
 	case out.Deployment != nil:
 		c.done(w, r, consolePath(r)+"/d/"+esc(out.Deployment.ID), "")
 	case out.ChangeSet != nil:
-		p := consolePath(r)
-		c.done(w, r, p[:strings.LastIndex(p, "/s/")]+"/changesets/"+esc(out.ChangeSet.ID), "The environment is protected: the change waits for approval by someone else.")
+		c.changed(w, r, out.ChangeSet, "")
 	default:
 		c.done(w, r, consolePath(r), "Done.")
 	}
