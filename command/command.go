@@ -114,7 +114,7 @@ const SnapshotEvery = 100
 // snapshotSchema versions the JSON encoding of the aggregates' states; a
 // snapshot of another version is ignored. Bump it whenever an aggregate's
 // state changes shape.
-const snapshotSchema = 3
+const snapshotSchema = 4
 
 // load folds a stream into fresh state, starting from its snapshot. debt is
 // the bytes of the events folded after the snapshot less the snapshot's own
@@ -284,6 +284,20 @@ func (h *Handler) Deployment(ctx context.Context, c Context, orgID, deploymentID
 		func(s *domain.DeploymentAggregate, m domain.Meta) (domain.Decision, error) {
 			return s.Decide(deploymentID, cmd, m)
 		})
+}
+
+// Build executes a build command (queue, start, agents' reports, cancel,
+// timeout) on the build's own stream.
+func (h *Handler) Build(ctx context.Context, c Context, orgID, buildID string, cmd domain.BuildCommand) (Result, error) {
+	return run(ctx, h, c, cmd, domain.BuildStream(buildID), orgID, domain.NewBuild,
+		func(s *domain.Build, m domain.Meta) (domain.Decision, error) { return s.Decide(buildID, cmd, m) })
+}
+
+// Delivery records a push webhook delivery on its own stream; recording it
+// again changes nothing (Result.Events is empty: a redelivery).
+func (h *Handler) Delivery(ctx context.Context, c Context, orgID, deliveryID string, cmd domain.DeliveryCommand) (Result, error) {
+	return run(ctx, h, c, cmd, domain.DeliveryStream(deliveryID), orgID, domain.NewWebhookDelivery,
+		func(s *domain.WebhookDelivery, m domain.Meta) (domain.Decision, error) { return s.Decide(deliveryID, cmd, m) })
 }
 
 // Server records a server's connections on its own stream.

@@ -44,13 +44,15 @@ const (
 	ScopeMembersWrite     Scope = "members:write"
 	ScopeTokensWrite      Scope = "tokens:write"
 	ScopeInstanceAdmin    Scope = "instance:admin"
+	ScopeBuildsRead       Scope = "builds:read"
+	ScopeBuildsWrite      Scope = "builds:write"
 )
 
 // Scopes lists every scope.
 var Scopes = []Scope{
 	ScopeProjectsRead, ScopeProjectsWrite, ScopeDeploymentsWrite, ScopeApprovalsWrite,
 	ScopeServersRead, ScopeServersWrite, ScopeAuditRead, ScopeMembersWrite, ScopeTokensWrite,
-	ScopeInstanceAdmin,
+	ScopeInstanceAdmin, ScopeBuildsRead, ScopeBuildsWrite,
 }
 
 // ParseScopes validates a list of scope names.
@@ -70,12 +72,13 @@ func ParseScopes(names []string) ([]Scope, error) {
 }
 
 var roleScopes = map[Role][]Scope{
-	RoleViewer: {ScopeProjectsRead, ScopeServersRead},
-	RoleMember: {ScopeProjectsRead, ScopeProjectsWrite, ScopeDeploymentsWrite, ScopeServersRead, ScopeTokensWrite},
+	RoleViewer: {ScopeProjectsRead, ScopeServersRead, ScopeBuildsRead},
+	RoleMember: {ScopeProjectsRead, ScopeProjectsWrite, ScopeDeploymentsWrite, ScopeServersRead, ScopeTokensWrite,
+		ScopeBuildsRead, ScopeBuildsWrite},
 	RoleAdmin: {ScopeProjectsRead, ScopeProjectsWrite, ScopeDeploymentsWrite, ScopeApprovalsWrite,
-		ScopeServersRead, ScopeServersWrite, ScopeAuditRead, ScopeMembersWrite, ScopeTokensWrite},
+		ScopeServersRead, ScopeServersWrite, ScopeAuditRead, ScopeMembersWrite, ScopeTokensWrite, ScopeBuildsRead, ScopeBuildsWrite},
 	RoleOwner: {ScopeProjectsRead, ScopeProjectsWrite, ScopeDeploymentsWrite, ScopeApprovalsWrite,
-		ScopeServersRead, ScopeServersWrite, ScopeAuditRead, ScopeMembersWrite, ScopeTokensWrite},
+		ScopeServersRead, ScopeServersWrite, ScopeAuditRead, ScopeMembersWrite, ScopeTokensWrite, ScopeBuildsRead, ScopeBuildsWrite},
 }
 
 // RoleGrants reports whether a member with role may act with scope in their

@@ -59,6 +59,8 @@ type Deploy struct {
 	// Automatic marks a deploy nobody asked for in person (a Git push): it is
 	// refused while a rollback paused the service's automatic deploys.
 	Automatic bool `json:"automatic,omitempty"`
+	// BuildID names the build whose image this deploys, when one did.
+	BuildID string `json:"buildId,omitempty"`
 }
 
 // Rollback deploys an earlier release again, with the configuration it froze,
@@ -338,7 +340,10 @@ func (w *pending) apply(c Change, m Meta) error {
 			return conflictf("deployment %s exists", d.DeploymentID)
 		}
 		if d.Automatic && p.Paused[env.ID][svc.ID] {
-			return conflictf("automatic deploys of %s in %s are paused since a rollback; resume them first", svc.Name, env.Name)
+			// The deploy waits, visible, until someone resumes automatic
+			// deploys (which deploys it) or deploys by hand.
+			w.emit(DeployWaiting{EnvironmentID: env.ID, ServiceID: svc.ID, Image: d.Image, BuildID: d.BuildID})
+			return nil
 		}
 		w.release(env.ID, svc, d.ReleaseID, d.DeploymentID, d.Image, "deploy")
 	case c.Rollback != nil:
@@ -575,6 +580,11 @@ func (w *pending) release(envID string, svc *Service, releaseID, deploymentID, i
 // the open change set of the same person there, whose version grows, or a new
 // one.
 func (p *Project) openChangeSet(env *Environment, c Change, m Meta) (Decision, error) {
+	// A system job (a build's automatic deploy) opens a change set of its
+	// own, which any person may approve.
+	if m.Person == "" && m.Actor.Kind == ActorSystem {
+		m.Person = SystemOpener
+	}
 	if m.Person == "" {
 		return Decision{}, fmt.Errorf("%w: changes to the protected environment %s need a person to open a change set", ErrForbidden, env.Name)
 	}
@@ -675,6 +685,8 @@ func (p *Project) clone() *Project {
 	c.Current = cloneMap(p.Current, func(m map[string]CurrentDeployment) map[string]CurrentDeployment { return maps.Clone(m) })
 	c.Paused = cloneMap(p.Paused, func(m map[string]bool) map[string]bool { return maps.Clone(m) })
 	c.ChangeSets = cloneMap(p.ChangeSets, func(v *ChangeSet) *ChangeSet { x := *v; return &x })
+	c.Tracking = cloneMap(p.Tracking, func(m map[string]Track) map[string]Track { return maps.Clone(m) })
+	c.Waiting = cloneMap(p.Waiting, func(m map[string]DeployWaiting) map[string]DeployWaiting { return maps.Clone(m) })
 	return &c
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // eventCodec is one row of the decode table: the schema version events of a
@@ -93,6 +94,20 @@ var codecs = map[string]eventCodec{
 	"changeset.rejected":          {1, decodeV1[ChangeSetRejected]},
 	"revision.compiled":           {2, decodeUpTo[RevisionCompiled](2)},
 
+	// Builds from Git (build.go, webhook.go).
+	"build.queued":              {1, decodeV1[BuildQueuedEvent]},
+	"build.targets.added":       {1, decodeV1[BuildTargetsAdded]},
+	"build.started":             {1, decodeV1[BuildStarted]},
+	"build.commit.resolved":     {1, decodeV1[BuildCommitResolved]},
+	"build.succeeded":           {1, decodeV1[BuildSucceededEvent]},
+	"build.failed":              {1, decodeV1[BuildFailedEvent]},
+	"build.cancelled":           {1, decodeV1[BuildCancelledEvent]},
+	"build.timed_out":           {1, decodeV1[BuildTimedOutEvent]},
+	"webhook.delivery.recorded": {1, decodeV1[WebhookDeliveryRecorded]},
+	"service.branch.tracked":    {1, decodeV1[BranchTracked]},
+	"project.webhook.rotated":   {1, decodeV1[WebhookSecretRotated]},
+	"service.deploy.waiting":    {1, decodeV1[DeployWaiting]},
+
 	// Agent upgrades (upgrade.go).
 	"server.agent.upgrade.requested": {1, decodeV1[AgentUpgradeRequested]},
 	"server.agent.upgraded":          {1, decodeV1[AgentUpgraded]},
@@ -151,6 +166,9 @@ type AuditEntry struct {
 // Audit describes an event for the audit log.
 func Audit(e Event) AuditEntry {
 	if en, ok := auditUpgrade(e); ok {
+		return en
+	}
+	if en, ok := auditBuild(e); ok {
 		return en
 	}
 	switch e := e.(type) {
@@ -294,7 +312,69 @@ func sourceNote(s Source) string {
 	if s.Image != "" {
 		return "image " + s.Image
 	}
-	return "git " + s.GitURL + "#" + s.GitBranch
+	note := "git " + s.GitURL + "#" + s.GitBranch
+	if s.Credential != nil {
+		note += " (with a " + s.Credential.Kind + " credential)"
+	}
+	return note
+}
+
+// auditBuild describes the events of builds and webhooks.
+func auditBuild(e Event) (AuditEntry, bool) {
+	switch e := e.(type) {
+	case BuildQueuedEvent:
+		what := e.Branch
+		if e.Commit != "" {
+			what += " at " + shortCommit(e.Commit)
+		}
+		return AuditEntry{"build.queue", "build", e.BuildID, fmt.Sprintf("%s (by %s, attempt %d)", what, e.Trigger, e.Attempt)}, true
+	case BuildTargetsAdded:
+		return AuditEntry{"build.queue", "build", e.BuildID, fmt.Sprintf("%d more environments", len(e.Environments))}, true
+	case BuildStarted:
+		return AuditEntry{"build.start", "build", e.BuildID, ""}, true
+	case BuildCommitResolved:
+		return AuditEntry{"build.commit.resolve", "build", e.BuildID, shortCommit(e.Commit)}, true
+	case BuildSucceededEvent:
+		return AuditEntry{"build.succeed", "build", e.BuildID, e.Image + "@" + e.Digest}, true
+	case BuildFailedEvent:
+		d := e.Reason
+		if e.ExitCode != 0 {
+			d = fmt.Sprintf("exit code %d: %s", e.ExitCode, d)
+		}
+		return AuditEntry{"build.fail", "build", e.BuildID, d}, true
+	case BuildTimedOutEvent:
+		return AuditEntry{"build.fail", "build", e.BuildID, fmt.Sprintf("timed out after %s", time.Duration(e.TimeoutSeconds)*time.Second)}, true
+	case BuildCancelledEvent:
+		return AuditEntry{"build.cancel", "build", e.BuildID, e.Reason}, true
+	case WebhookDeliveryRecorded:
+		d := e.Provider + " " + e.Event
+		if e.Ref != "" {
+			d += " " + e.Ref
+		}
+		d += ": " + e.Outcome
+		if e.Reason != "" {
+			d += " (" + e.Reason + ")"
+		}
+		return AuditEntry{"webhook.delivery", "project", e.ProjectID, d}, true
+	case BranchTracked:
+		d := "branch " + e.Branch
+		if e.None {
+			d = "no branch"
+		}
+		return AuditEntry{"service.track", "deployment-target", e.EnvironmentID + "/" + e.ServiceID, d}, true
+	case WebhookSecretRotated:
+		return AuditEntry{"project.webhook.rotate", "project", e.ProjectID, ""}, true
+	case DeployWaiting:
+		return AuditEntry{"service.deploy.wait", "deployment-target", e.EnvironmentID + "/" + e.ServiceID, e.Image + " waits: automatic deploys are paused"}, true
+	}
+	return AuditEntry{}, false
+}
+
+func shortCommit(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
 }
 
 func joinScopes(s []Scope) string {

@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,20 @@ func TestEveryEventRoundTrips(t *testing.T) {
 		domain.AgentRolloutStarted{OrgID: orgID, RolloutID: "r", Version: "1.5.0", Servers: []domain.RolloutServer{{ServerID: "s", ClusterID: clusterID, Name: "a"}}, At: now},
 		domain.AgentRolloutHalted{OrgID: orgID, RolloutID: "r", ServerID: "s", Reason: "x", Untouched: 1, At: now},
 		domain.AgentRolloutCompleted{OrgID: orgID, RolloutID: "r", At: now},
+		domain.BuildQueuedEvent{BuildID: dep1, ProjectID: projectID, ServiceID: apiID, ClusterID: clusterID, Repository: "https://git.example.com/a/b",
+			Branch: "main", Commit: strings.Repeat("a", 40), Environments: []string{stagingID}, Automatic: true, Trigger: "push", Attempt: 1, TimeoutSeconds: 1800},
+		domain.BuildTargetsAdded{BuildID: dep1, Environments: []string{prodID}},
+		domain.BuildStarted{BuildID: dep1, At: now},
+		domain.BuildCommitResolved{BuildID: dep1, Commit: strings.Repeat("b", 40)},
+		domain.BuildSucceededEvent{BuildID: dep1, Image: "localhost:30500/acme/shop/api", Digest: "sha256:" + strings.Repeat("c", 64)},
+		domain.BuildFailedEvent{BuildID: dep1, Reason: "RUN failed", ExitCode: 3, LogTail: []string{"boom"}},
+		domain.BuildCancelledEvent{BuildID: dep1, Reason: "superseded", By: rel1, WasRunning: true},
+		domain.BuildTimedOutEvent{BuildID: dep1, TimeoutSeconds: 1800},
+		domain.WebhookDeliveryRecorded{DeliveryID: dep1, ProjectID: projectID, Provider: "github", ForgeID: "x", Event: "push", Ref: "refs/heads/main",
+			Branch: "main", Commit: strings.Repeat("a", 40), Outcome: domain.DeliveryBuilding, Builds: []domain.DeliveryBuild{{ServiceID: apiID, ClusterID: clusterID, Environments: []string{stagingID}}}, At: now},
+		domain.BranchTracked{EnvironmentID: stagingID, ServiceID: apiID, Branch: "feature/x"},
+		domain.WebhookSecretRotated{ProjectID: projectID, Secret: domain.SealedValue{DataKeyID: "k", Ciphertext: []byte{1}}},
+		domain.DeployWaiting{EnvironmentID: stagingID, ServiceID: apiID, Image: digest, BuildID: dep1},
 	}
 	seen := map[string]bool{}
 	for _, e := range events {

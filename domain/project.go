@@ -39,6 +39,45 @@ type Project struct {
 	Paused map[string]map[string]bool
 	// ChangeSets holds the open change sets only.
 	ChangeSets map[string]*ChangeSet
+	// Tracking: environment id -> service id -> the branch a Git service
+	// follows there, when set (unset: the service's default branch).
+	Tracking map[string]map[string]Track
+	// Waiting: environment id -> service id -> the automatic deploy that
+	// waits for automatic deploys to be resumed.
+	Waiting map[string]map[string]DeployWaiting
+	// Webhook is the push webhook's secret; Previous is accepted until
+	// PreviousUntil.
+	Webhook *WebhookSecrets
+}
+
+// Track is the branch a Git service follows in an environment.
+type Track struct {
+	Branch string
+	None   bool
+}
+
+// WebhookSecrets are a project's push webhook secrets, sealed.
+type WebhookSecrets struct {
+	Current       SealedValue
+	Previous      *SealedValue
+	PreviousUntil time.Time
+}
+
+// TrackedBranch is the branch a service follows in an environment, or ""
+// when it follows none (or is not a Git service).
+func (p *Project) TrackedBranch(envID, serviceID string) string {
+	s := p.Services[serviceID]
+	if s == nil || s.Deleted || !s.Source.IsGit() {
+		return ""
+	}
+	t, ok := p.Tracking[envID][serviceID]
+	switch {
+	case !ok:
+		return s.Source.GitBranch
+	case t.None:
+		return ""
+	}
+	return t.Branch
 }
 
 // Environment is one environment of a project.
@@ -87,6 +126,8 @@ func NewProject() *Project {
 		Current:      map[string]map[string]CurrentDeployment{},
 		Paused:       map[string]map[string]bool{},
 		ChangeSets:   map[string]*ChangeSet{},
+		Tracking:     map[string]map[string]Track{},
+		Waiting:      map[string]map[string]DeployWaiting{},
 	}
 }
 
@@ -167,6 +208,18 @@ func (p *Project) ApplyAt(e Event, at time.Time) {
 		}
 		cur.DeploymentID = e.DeploymentID
 		nested(p.Current, e.EnvironmentID)[e.ServiceID] = cur
+		// A deployment replaces an automatic deploy that was waiting.
+		delete(p.Waiting[e.EnvironmentID], e.ServiceID)
+	case DeployWaiting:
+		nested(p.Waiting, e.EnvironmentID)[e.ServiceID] = e
+	case BranchTracked:
+		nested(p.Tracking, e.EnvironmentID)[e.ServiceID] = Track{Branch: e.Branch, None: e.None}
+	case WebhookSecretRotated:
+		w := &WebhookSecrets{Current: e.Secret, Previous: e.Previous}
+		if e.PreviousUntil != nil {
+			w.PreviousUntil = *e.PreviousUntil
+		}
+		p.Webhook = w
 	case DeploymentsPaused:
 		nested(p.Paused, e.EnvironmentID)[e.ServiceID] = true
 	case DeploymentsResumed:
@@ -463,16 +516,19 @@ func (p *Project) Decide(cmd ProjectCommand, m Meta) (Decision, error) {
 		}
 		return decided(ChangeSetExpired{ChangeSetID: cs.ID}), nil
 	case ResumeDeploys:
-		if _, err := p.environment(c.EnvironmentID); err != nil {
+		return p.resume(c, m)
+	case TrackBranch:
+		return p.track(c)
+	case RotateWebhookSecret:
+		if err := c.Secret.Validate(); err != nil {
 			return Decision{}, err
 		}
-		if _, err := p.service(c.ServiceID); err != nil {
-			return Decision{}, err
+		e := WebhookSecretRotated{ProjectID: p.ID, Secret: c.Secret}
+		if p.Webhook != nil {
+			prev, until := p.Webhook.Current, m.Now.Add(WebhookSecretGrace)
+			e.Previous, e.PreviousUntil = &prev, &until
 		}
-		if !p.Paused[c.EnvironmentID][c.ServiceID] {
-			return Decision{}, nil
-		}
-		return decided(DeploymentsResumed{EnvironmentID: c.EnvironmentID, ServiceID: c.ServiceID}), nil
+		return decided(e), nil
 	}
 	return Decision{}, invalidf("command %T is not a project command", cmd)
 }

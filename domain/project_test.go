@@ -226,16 +226,19 @@ func TestRollbackDeploysTheEarlierReleaseAgain(t *testing.T) {
 	require.Equal(t, "service.deploys.paused", evs[1].EventType())
 	require.True(t, p.Paused[stagingID][apiID])
 
-	// Automatic deploys wait until someone resumes them; people still deploy.
+	// Automatic deploys wait, visible, until someone resumes them, which
+	// deploys the one that waited; people still deploy.
 	auto := domain.Deploy{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: "00000000-0000-4000-8000-0000000000da",
-		DeploymentID: "00000000-0000-4000-8000-0000000000db", Image: digest, Automatic: true}
-	_, err = p.Decide(auto, meta(alice, "c3"))
-	require.ErrorIs(t, err, domain.ErrConflict)
-	require.ErrorContains(t, err, "paused")
+		DeploymentID: "00000000-0000-4000-8000-0000000000db", Image: digest, Automatic: true, BuildID: "00000000-0000-4000-8000-0000000000dc"}
+	evs = decideAll(t, p, meta(alice, "c3"), auto)
+	require.Equal(t, []domain.Event{domain.DeployWaiting{EnvironmentID: stagingID, ServiceID: apiID, Image: digest, BuildID: auto.BuildID}}, evs)
+	require.Equal(t, dep, p.Current[stagingID][apiID].DeploymentID, "nothing deployed while paused")
 	evs = decideAll(t, p, meta(alice, "c4"), domain.ResumeDeploys{EnvironmentID: stagingID, ServiceID: apiID})
-	require.Equal(t, []string{"service.deploys.resumed"}, types(evs))
+	require.Equal(t, []string{"service.deploys.resumed", "release.created", "deployment.requested"}, types(evs))
+	require.Equal(t, dep, evs[2].(domain.DeploymentRequested).Supersedes, "the waiting deploy supersedes the rollback")
+	require.Empty(t, p.Waiting[stagingID][apiID])
 	evs = decideAll(t, p, meta(alice, "c5"), auto)
-	require.Equal(t, dep, evs[1].(domain.DeploymentRequested).Supersedes, "the new deployment supersedes the rollback")
+	require.Equal(t, []string{"release.created", "deployment.requested"}, types(evs), "not paused any more: deploys at once")
 	// The configuration change after the rollback re-releases the rolled-back image.
 	require.Equal(t, digest, p.Current[stagingID][apiID].Image)
 }

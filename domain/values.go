@@ -285,14 +285,63 @@ func (p Process) Validate() error {
 	return nil
 }
 
-// Source is where a service's image comes from: an image reference or a Git branch.
+// Source is where a service's image comes from: an image reference, or a
+// Git repository that the cluster builds (its default branch, the Dockerfile
+// and the build context in it, and a read credential for a private one).
 type Source struct {
 	Image     string `json:"image,omitempty"`
 	GitURL    string `json:"gitUrl,omitempty"`
 	GitBranch string `json:"gitBranch,omitempty"`
+	// Dockerfile is the Dockerfile's path in the repository ("" for
+	// "Dockerfile"); Context the build context directory ("" for the root).
+	Dockerfile string `json:"dockerfile,omitempty"`
+	Context    string `json:"context,omitempty"`
+	// Credential reads a private repository; sealed, delivered only to
+	// the build, never returned.
+	Credential *GitCredential `json:"credential,omitempty"`
 }
 
-// Validate checks that exactly one kind of source is given.
+// GitCredential is a repository's read credential: an HTTPS token (with an
+// optional user name) or an SSH deploy key, sealed.
+type GitCredential struct {
+	Kind     string      `json:"kind"`
+	Username string      `json:"username,omitempty"`
+	Sealed   SealedValue `json:"sealed"`
+}
+
+// Kinds of Git credentials.
+const (
+	CredentialToken = "token"
+	CredentialSSH   = "ssh"
+)
+
+// Defaults of a Git source.
+const (
+	DefaultDockerfile = "Dockerfile"
+	DefaultContext    = "."
+)
+
+// IsGit reports whether the service builds from Git.
+func (s Source) IsGit() bool { return s.GitURL != "" }
+
+// DockerfilePath is the Dockerfile's path, defaulted.
+func (s Source) DockerfilePath() string {
+	if s.Dockerfile == "" {
+		return DefaultDockerfile
+	}
+	return s.Dockerfile
+}
+
+// ContextDir is the build context, defaulted.
+func (s Source) ContextDir() string {
+	if s.Context == "" {
+		return DefaultContext
+	}
+	return s.Context
+}
+
+// Validate checks that exactly one kind of source is given, and the Git
+// source's parts.
 func (s Source) Validate() error {
 	switch {
 	case s.Image != "" && s.GitURL != "":
@@ -301,12 +350,92 @@ func (s Source) Validate() error {
 		if strings.ContainsAny(s.Image, " \t\n") {
 			return invalidf("image %q contains white space", s.Image)
 		}
+		if s.GitBranch != "" || s.Dockerfile != "" || s.Context != "" || s.Credential != nil {
+			return invalidf("a branch, a Dockerfile, a build context and a Git credential belong to a Git source")
+		}
 	case s.GitURL != "":
+		if err := ValidateText("Git URL", s.GitURL, 2048); err != nil {
+			return err
+		}
+		if strings.ContainsAny(s.GitURL, " \t\n") {
+			return invalidf("Git URL %q contains white space", s.GitURL)
+		}
 		if s.GitBranch == "" {
 			return invalidf("a Git source needs a branch")
 		}
+		if err := ValidateBranch(s.GitBranch); err != nil {
+			return err
+		}
+		for _, p := range []struct{ field, v string }{{"Dockerfile", s.Dockerfile}, {"build context", s.Context}} {
+			if err := validateRepoPath(p.field, p.v); err != nil {
+				return err
+			}
+		}
+		if c := s.Credential; c != nil {
+			if c.Kind != CredentialToken && c.Kind != CredentialSSH {
+				return invalidf("a Git credential is a token or an SSH key, not %q", c.Kind)
+			}
+			if err := ValidateText("Git user name", c.Username, 200); err != nil {
+				return err
+			}
+			if err := c.Sealed.Validate(); err != nil {
+				return err
+			}
+		}
 	default:
 		return invalidf("a service needs an image or a Git source")
+	}
+	return nil
+}
+
+// ValidateBranch checks a branch name by Git's rules for ref names (git
+// check-ref-format), so that a branch accepted here is one a push can name.
+func ValidateBranch(b string) error {
+	bad := b == "" || len(b) > 255 || b == "@" || strings.HasPrefix(b, "-") || strings.HasPrefix(b, "/") ||
+		strings.HasSuffix(b, "/") || strings.HasSuffix(b, ".") || strings.HasSuffix(b, ".lock") ||
+		strings.Contains(b, "..") || strings.Contains(b, "//") || strings.Contains(b, "@{") || strings.Contains(b, "/.") ||
+		strings.HasPrefix(b, ".") || strings.HasPrefix(b, "refs/")
+	for _, r := range b {
+		if r < 0x20 || r == 0x7f || strings.ContainsRune(" ~^:?*[\\", r) {
+			bad = true
+		}
+	}
+	if bad {
+		return invalidf("branch %q is not a valid Git branch name", b)
+	}
+	return nil
+}
+
+// ValidateCommit checks a full commit id: 40 (SHA-1) or 64 (SHA-256)
+// lower-case hexadecimal digits.
+func ValidateCommit(c string) error {
+	if len(c) != 40 && len(c) != 64 {
+		return invalidf("commit %q is not a full commit id (40 or 64 hexadecimal digits)", c)
+	}
+	for _, r := range c {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return invalidf("commit %q is not a full commit id (40 or 64 lower-case hexadecimal digits)", c)
+		}
+	}
+	return nil
+}
+
+// validateRepoPath checks a path inside the repository: relative, without
+// .. and at most 1024 bytes ("" is the default).
+func validateRepoPath(field, p string) error {
+	if p == "" {
+		return nil
+	}
+	if err := ValidateText(field, p, 1024); err != nil {
+		return err
+	}
+	if strings.HasPrefix(p, "/") || strings.Contains(p, "\\") || strings.ContainsAny(p, "\n\t") {
+		return invalidf("%s %q must be a relative path in the repository", field, p)
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return invalidf("%s %q must stay inside the repository", field, p)
+		}
 	}
 	return nil
 }
