@@ -44,10 +44,20 @@ type UpdateEnvironmentRequest struct {
 // once its pods start (0: the default, 600; at most 86400); a release that
 // is not ready by then fails and the one before it runs again.
 type ServiceRequest struct {
-	Name                    string           `json:"name,omitempty"`
-	Image                   string           `json:"image,omitempty"`
-	GitURL                  string           `json:"gitUrl,omitempty" input:"max=2048"`
-	GitBranch               string           `json:"gitBranch,omitempty"`
+	Name       string `json:"name,omitempty"`
+	Image      string `json:"image,omitempty"`
+	GitURL     string `json:"gitUrl,omitempty" input:"max=2048"`
+	GitBranch  string `json:"gitBranch,omitempty"`
+	Dockerfile string `json:"dockerfile,omitempty" input:"max=1024"`
+	Context    string `json:"context,omitempty" input:"max=1024"`
+	// GitToken (an HTTPS token, with GitUsername) or GitSSHKey (a deploy
+	// key, PEM) reads a private repository: sealed before it is stored,
+	// delivered only to the build, never returned. GitCredentialNone
+	// removes the one set.
+	GitUsername             string           `json:"gitUsername,omitempty" input:"max=200"`
+	GitToken                string           `json:"gitToken,omitempty" input:"opaque,max=4096"`
+	GitSSHKey               string           `json:"gitSshKey,omitempty" input:"opaque,max=16384"`
+	GitCredentialNone       bool             `json:"gitCredentialNone,omitempty"`
 	Port                    *int             `json:"port,omitempty"`
 	Replicas                *int             `json:"replicas,omitempty"`
 	Processes               []domain.Process `json:"processes,omitempty"`
@@ -305,13 +315,74 @@ func (a *API) createService(w http.ResponseWriter, r *http.Request, c *call) (in
 	}
 	ctx := r.Context()
 	id := uuid.NewString()
-	src := domain.Source{Image: req.Image, GitURL: req.GitURL, GitBranch: req.GitBranch}
+	src, err := a.sourceOf(ctx, c, req, query.ServiceSource{})
+	if err != nil {
+		return 0, nil, err
+	}
 	if _, err := a.projectCommand(ctx, r, c, domain.CreateService{ServiceID: id, Name: req.Name, Source: src, Processes: req.processes(nil),
 		ProgressDeadlineSeconds: req.deadline(0)}); err != nil {
 		return 0, nil, err
 	}
 	s, err := query.ServiceByName(ctx, a.pool, c.project.ID, req.Name)
 	return http.StatusCreated, s, err
+}
+
+// sourceOf is the service's source after the request: a new image or Git
+// repository replaces the current source; a Git source's other fields and its
+// credential change where the request names them. A credential is sealed
+// here, before anything is decided.
+func (a *API) sourceOf(ctx context.Context, c *call, req ServiceRequest, current query.ServiceSource) (domain.Source, error) {
+	src := current.Domain()
+	switch {
+	case req.Image != "":
+		src = domain.Source{Image: req.Image}
+	case req.GitURL != "":
+		if req.GitURL != current.GitURL {
+			src = domain.Source{GitURL: req.GitURL}
+		}
+	}
+	if req.GitBranch != "" {
+		src.GitBranch = req.GitBranch
+	}
+	if req.Dockerfile != "" {
+		src.Dockerfile = req.Dockerfile
+	}
+	if req.Context != "" {
+		src.Context = req.Context
+	}
+	var cred *domain.GitCredential
+	switch {
+	case req.GitToken != "" && req.GitSSHKey != "":
+		return domain.Source{}, errorf(http.StatusUnprocessableEntity, "validation_failed", "give a Git token or an SSH key, not both")
+	case req.GitToken != "":
+		cred = &domain.GitCredential{Kind: domain.CredentialToken, Username: req.GitUsername}
+	case req.GitSSHKey != "":
+		if !strings.Contains(req.GitSSHKey, "PRIVATE KEY-----") {
+			return domain.Source{}, errorf(http.StatusUnprocessableEntity, "validation_failed", "gitSshKey must be a private key in PEM form (-----BEGIN ... PRIVATE KEY-----)")
+		}
+		cred = &domain.GitCredential{Kind: domain.CredentialSSH}
+	case req.GitUsername != "":
+		return domain.Source{}, errorf(http.StatusUnprocessableEntity, "validation_failed", "gitUsername goes with a gitToken")
+	}
+	if req.GitCredentialNone {
+		if cred != nil {
+			return domain.Source{}, errorf(http.StatusUnprocessableEntity, "validation_failed", "gitCredentialNone removes the credential; give no other")
+		}
+		src.Credential = nil
+	}
+	if cred != nil {
+		if !src.IsGit() {
+			return domain.Source{}, errorf(http.StatusUnprocessableEntity, "validation_failed", "a Git credential belongs to a Git source")
+		}
+		plain := req.GitToken + req.GitSSHKey
+		sealed, err := a.cfg.Sealer.Seal(ctx, c.org.ID, []byte(plain))
+		if err != nil {
+			return domain.Source{}, err
+		}
+		cred.Sealed = sealed
+		src.Credential = cred
+	}
+	return src, nil
 }
 
 func (a *API) getService(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -326,11 +397,11 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request, c *call) (in
 	if req.Name != "" && req.Name != c.service.Name {
 		return 0, nil, errorf(http.StatusUnprocessableEntity, "validation_failed", "a service cannot be renamed")
 	}
-	src := c.service.Source
-	if req.Image != "" || req.GitURL != "" {
-		src = domain.Source{Image: req.Image, GitURL: req.GitURL, GitBranch: req.GitBranch}
-	}
 	ctx := r.Context()
+	src, err := a.sourceOf(ctx, c, req, c.service.Source)
+	if err != nil {
+		return 0, nil, err
+	}
 	if _, err := a.projectCommand(ctx, r, c, domain.UpdateService{ServiceID: c.service.ID, Source: src, Processes: req.processes(c.service.Processes),
 		ProgressDeadlineSeconds: req.deadline(c.service.ProgressDeadlineSeconds)}); err != nil {
 		return 0, nil, err

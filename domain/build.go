@@ -81,10 +81,7 @@ func (b *Build) Apply(e Event) {
 			Environments: slices.Clone(e.Environments), Automatic: e.Automatic, Attempt: e.Attempt,
 			TimeoutSeconds: e.TimeoutSeconds, Status: BuildQueued}
 	case BuildTargetsAdded:
-		b.Environments = append(b.Environments, e.Environments...)
-		if !e.Automatic {
-			b.Automatic = false
-		}
+		b.Environments, b.Automatic = slices.Clone(e.Environments), e.Automatic
 	case BuildStarted:
 		b.Status, b.StartedAt = BuildRunning, e.At
 	case BuildCommitResolved:
@@ -264,10 +261,15 @@ func (b *Build) queue(id string, c QueueBuild) (Decision, error) {
 				more = append(more, env)
 			}
 		}
-		if len(more) == 0 && (c.Automatic || !b.Automatic) {
+		// A deploy asked for in person makes the build's deploys ones in
+		// person: a paused service still deploys what someone asked for.
+		automatic := b.Automatic && c.Automatic
+		if len(more) == 0 && automatic == b.Automatic {
 			return Decision{}, nil
 		}
-		return decided(BuildTargetsAdded{BuildID: id, Environments: more, Automatic: c.Automatic}), nil
+		all := append(slices.Clone(b.Environments), more...)
+		slices.Sort(all)
+		return decided(BuildTargetsAdded{BuildID: id, Environments: all, Automatic: automatic}), nil
 	}
 	if b.Exists && b.Status == BuildSucceeded {
 		return Decision{}, nil
@@ -385,7 +387,7 @@ type BuildQueuedEvent struct {
 }
 
 // BuildTargetsAdded records more environments that a queued or running
-// build deploys to when it succeeds.
+// build deploys to when it succeeds: Environments is the whole list after.
 type BuildTargetsAdded struct {
 	BuildID      string   `json:"buildId"`
 	Environments []string `json:"environments"`

@@ -43,7 +43,7 @@ func TestBuildLifecycle(t *testing.T) {
 	require.Equal(t, 1800, evs[0].(domain.BuildQueuedEvent).TimeoutSeconds, "30 minutes by default")
 	require.Empty(t, decideBuild(t, b, id, system("q2", now), queueOf(stagingID)), "the same push again queues nothing")
 	evs = decideBuild(t, b, id, system("q3", now), domain.QueueBuild(queueOf(prodID)))
-	require.Equal(t, []domain.Event{domain.BuildTargetsAdded{BuildID: id, Environments: []string{prodID}, Automatic: true}}, evs)
+	require.Equal(t, []domain.Event{domain.BuildTargetsAdded{BuildID: id, Environments: []string{stagingID, prodID}, Automatic: true}}, evs)
 
 	// A report before the scheduler started it is of nothing running here.
 	rep := domain.ReportBuild{ClusterID: clusterID, State: "succeeded", Image: "localhost:30500/acme/shop/api", Digest: "sha256:" + strings.Repeat("1", 64)}

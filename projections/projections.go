@@ -83,7 +83,7 @@ func New(cfg Config) (*Projections, error) {
 // newProjectors returns a fresh set of projectors in the order they must run:
 // the audit log resolves names from the read models and the history.
 func newProjectors() []projector {
-	return []projector{newReadModels(), newHistory(), newRevisions(), newAudit()}
+	return []projector{newReadModels(), newHistory(), newRevisions(), newAudit(), newBuilds()}
 }
 
 // Tables lists every projection table, by projector name.

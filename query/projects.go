@@ -35,13 +35,49 @@ type Service struct {
 	ID        string           `json:"id"`
 	ProjectID string           `json:"projectId"`
 	Name      string           `json:"name"`
-	Source    domain.Source    `json:"source"`
+	Source    ServiceSource    `json:"source"`
 	Processes []domain.Process `json:"processes"`
 	// ProgressDeadlineSeconds bounds how long a release may take to become
 	// ready once its pods start; 0 means the default (600).
 	ProgressDeadlineSeconds int       `json:"progressDeadlineSeconds"`
 	CreatedAt               time.Time `json:"createdAt"`
 	UpdatedAt               time.Time `json:"updatedAt"`
+}
+
+// ServiceSource is a service's source as the API shows it: a Git source's
+// credential is named by its kind and user name, never returned.
+type ServiceSource struct {
+	Image      string          `json:"image,omitempty"`
+	GitURL     string          `json:"gitUrl,omitempty"`
+	GitBranch  string          `json:"gitBranch,omitempty"`
+	Dockerfile string          `json:"dockerfile,omitempty"`
+	Context    string          `json:"context,omitempty"`
+	Credential *CredentialInfo `json:"credential,omitempty"`
+	// sealed is the credential as stored, for the builds' delivery only.
+	sealed *domain.GitCredential
+}
+
+// CredentialInfo says that a Git source has a read credential, and which.
+type CredentialInfo struct {
+	Kind     string `json:"kind"`
+	Username string `json:"username,omitempty"`
+}
+
+// Sealed returns the stored (sealed) credential, for delivery to a build.
+func (s ServiceSource) Sealed() *domain.GitCredential { return s.sealed }
+
+// Domain returns the source as the domain keeps it (with the sealed
+// credential), so that an update that does not touch it keeps it.
+func (s ServiceSource) Domain() domain.Source {
+	return domain.Source{Image: s.Image, GitURL: s.GitURL, GitBranch: s.GitBranch, Dockerfile: s.Dockerfile, Context: s.Context, Credential: s.sealed}
+}
+
+func sourceOf(d domain.Source) ServiceSource {
+	s := ServiceSource{Image: d.Image, GitURL: d.GitURL, GitBranch: d.GitBranch, Dockerfile: d.Dockerfile, Context: d.Context, sealed: d.Credential}
+	if d.Credential != nil {
+		s.Credential = &CredentialInfo{Kind: d.Credential.Kind, Username: d.Credential.Username}
+	}
+	return s
 }
 
 // Where a variable is set, as Variable.Scope says.
@@ -141,7 +177,9 @@ const serviceColumns = `id::text, project_id::text, name, source, processes, pro
 
 func scanService(row pgx.Row) (Service, error) {
 	var s Service
-	err := row.Scan(&s.ID, &s.ProjectID, &s.Name, &s.Source, &s.Processes, &s.ProgressDeadlineSeconds, &s.CreatedAt, &s.UpdatedAt)
+	var src domain.Source
+	err := row.Scan(&s.ID, &s.ProjectID, &s.Name, &src, &s.Processes, &s.ProgressDeadlineSeconds, &s.CreatedAt, &s.UpdatedAt)
+	s.Source = sourceOf(src)
 	if s.Processes == nil {
 		s.Processes = []domain.Process{}
 	}

@@ -94,20 +94,26 @@ func cut(s string, n int) string {
 
 func day(t time.Time) string { return t.UTC().Format("20060102") }
 
+// logTables are the tables of lines kept for Retention, partitioned by day:
+// containers' output and builds' output.
+var logTables = []string{"log_lines", "build_log_lines"}
+
 // EnsurePartitions creates the log partitions of today and the next two days.
 func (s *Store) EnsurePartitions(ctx context.Context) error {
 	now := s.now().UTC()
 	for i := 0; i < 3; i++ {
 		d := now.Add(time.Duration(i) * 24 * time.Hour)
-		if err := s.ensure(ctx, d); err != nil {
-			return err
+		for _, t := range logTables {
+			if err := s.ensure(ctx, t, d); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-func (s *Store) ensure(ctx context.Context, t time.Time) error {
-	key := day(t)
+func (s *Store) ensure(ctx context.Context, table string, t time.Time) error {
+	key := table + "_" + day(t)
 	s.mu.Lock()
 	done := s.ensured[key]
 	s.mu.Unlock()
@@ -115,10 +121,10 @@ func (s *Store) ensure(ctx context.Context, t time.Time) error {
 		return nil
 	}
 	from := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
-	_, err := s.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS log_lines_%s PARTITION OF log_lines FOR VALUES FROM ('%s') TO ('%s')`,
-		key, from.Format(time.RFC3339), from.Add(24*time.Hour).Format(time.RFC3339)))
+	_, err := s.pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')`,
+		key, table, from.Format(time.RFC3339), from.Add(24*time.Hour).Format(time.RFC3339)))
 	if err != nil && !strings.Contains(err.Error(), "already exists") {
-		return fmt.Errorf("creating the log partition of %s: %w", key, err)
+		return fmt.Errorf("creating the partition %s: %w", key, err)
 	}
 	s.mu.Lock()
 	s.ensured[key] = true
@@ -128,8 +134,20 @@ func (s *Store) ensure(ctx context.Context, t time.Time) error {
 
 // DropExpired drops the log partitions older than the retention.
 func (s *Store) DropExpired(ctx context.Context) (int, error) {
+	dropped := 0
+	for _, t := range logTables {
+		n, err := s.dropExpired(ctx, t)
+		dropped += n
+		if err != nil {
+			return dropped, err
+		}
+	}
+	return dropped, nil
+}
+
+func (s *Store) dropExpired(ctx context.Context, table string) (int, error) {
 	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = 'log_lines'::regclass AND c.relname ~ '^log_lines_[0-9]{8}$'`)
+		WHERE i.inhparent = $1::regclass AND c.relname ~ ('^' || $1 || '_[0-9]{8}$')`, table)
 	if err != nil {
 		return 0, err
 	}
@@ -142,13 +160,13 @@ func (s *Store) DropExpired(ctx context.Context) (int, error) {
 	for _, n := range names {
 		// A partition holds one day; it goes once the whole day is older
 		// than the retention.
-		if strings.TrimPrefix(n, "log_lines_") < cutoff {
+		if strings.TrimPrefix(n, table+"_") < cutoff {
 			if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{n}.Sanitize()); err != nil {
 				return dropped, fmt.Errorf("dropping %s: %w", n, err)
 			}
 			dropped++
 			s.mu.Lock()
-			delete(s.ensured, strings.TrimPrefix(n, "log_lines_"))
+			delete(s.ensured, n)
 			s.mu.Unlock()
 		}
 	}
@@ -165,7 +183,7 @@ func (s *Store) SaveLogs(ctx context.Context, src Source, l transport.Logs) erro
 		return nil
 	}
 	now := s.now().UTC()
-	if err := s.ensure(ctx, now); err != nil {
+	if err := s.ensure(ctx, "log_lines", now); err != nil {
 		return err
 	}
 	rows := make([][]any, 0, len(l.Lines))
@@ -216,6 +234,68 @@ func (s *Store) Logs(ctx context.Context, envID, service string, after int64, li
 	})
 	if out == nil {
 		out = []LogLine{}
+	}
+	return out, err
+}
+
+// SaveBuildLogs stores a batch of a build's output, from the cluster the
+// build runs on (another cluster's batch is dropped).
+func (s *Store) SaveBuildLogs(ctx context.Context, src Source, l transport.BuildLogs) error {
+	if uuid.Validate(l.BuildID) != nil || len(l.Lines) == 0 {
+		return nil
+	}
+	var ok bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM builds WHERE id = $1 AND cluster_id = $2)`, l.BuildID, src.ClusterID).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return nil
+	}
+	now := s.now().UTC()
+	if err := s.ensure(ctx, "build_log_lines", now); err != nil {
+		return err
+	}
+	rows := make([][]any, 0, len(l.Lines))
+	for i, line := range l.Lines {
+		if i == 5000 {
+			break
+		}
+		ts := line.Time.UTC()
+		if ts.IsZero() || ts.After(now.Add(time.Hour)) || ts.Before(now.Add(-Retention)) {
+			ts = now
+		}
+		rows = append(rows, []any{src.OrgID, l.BuildID, cut(l.Container, 63), ts, cut(line.Stream, 8), cut(line.Text, 16<<10)})
+	}
+	_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"build_log_lines"}, []string{"org_id", "build_id", "container", "ts", "stream", "line"}, pgx.CopyFromRows(rows))
+	if err != nil {
+		return fmt.Errorf("saving build log lines: %w", err)
+	}
+	return nil
+}
+
+// BuildLine is a stored line of a build's output.
+type BuildLine struct {
+	ID        int64     `json:"id"`
+	Time      time.Time `json:"time"`
+	Container string    `json:"container"`
+	Stream    string    `json:"stream"`
+	Text      string    `json:"text"`
+}
+
+// BuildLogs reads a build's lines after cursor id (0: from the first).
+func (s *Store) BuildLogs(ctx context.Context, buildID string, after int64, limit int) ([]BuildLine, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, ts, container, stream, line FROM build_log_lines WHERE build_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
+		buildID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading build logs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BuildLine, error) {
+		var l BuildLine
+		err := r.Scan(&l.ID, &l.Time, &l.Container, &l.Stream, &l.Text)
+		return l, err
+	})
+	if out == nil {
+		out = []BuildLine{}
 	}
 	return out, err
 }

@@ -517,7 +517,7 @@ Example:
 	)
 }
 
-func source(s domain.Source) string {
+func source(s query.ServiceSource) string {
 	if s.Image != "" {
 		return s.Image
 	}
