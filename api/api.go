@@ -67,6 +67,11 @@ type Config struct {
 	// RetryParked retries the events the subscriptions parked (nebula audit
 	// retry); without it that route answers 503.
 	RetryParked RetryParkedFunc
+	// PublicURL is where forges deliver push webhooks (the project's
+	// webhook URL starts with it).
+	PublicURL string
+	// BuildTimeout bounds a build a deploy asks for (default 30 min).
+	BuildTimeout time.Duration
 	// Backup is where control-plane backups go (nebula backup list|create);
 	// without a destination those routes answer 503.
 	Backup backup.Config

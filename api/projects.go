@@ -101,6 +101,9 @@ type AddDomainRequest struct {
 // one, the service's image again.
 type DeployRequest struct {
 	Image string `json:"image,omitempty"`
+	// Commit builds that commit of a Git service (default: the tracked
+	// branch's head).
+	Commit string `json:"commit,omitempty" input:"max=64"`
 }
 
 // RollbackRequest deploys an earlier release again.
@@ -114,6 +117,9 @@ type DeployResponse struct {
 	Deployment *query.Deployment `json:"deployment,omitempty"`
 	Release    *query.Release    `json:"release,omitempty"`
 	ChangeSet  *query.ChangeSet  `json:"changeSet,omitempty"`
+	// Build is the build a Git service's deploy waits for (the deployment
+	// starts when it succeeds), or the one whose image it deploys.
+	Build *query.Build `json:"build,omitempty"`
 }
 
 // ChangeSetDecision approves or rejects a change set. An approval must name
@@ -528,13 +534,16 @@ func (a *API) deploy(w http.ResponseWriter, r *http.Request, c *call) (int, any,
 		return 0, nil, err
 	}
 	ref := strings.TrimSpace(req.Image)
+	ctx := r.Context()
+	if ref == "" && c.service.Source.GitURL != "" {
+		return a.deployGit(ctx, r, c, req)
+	}
+	if req.Commit != "" {
+		return 0, nil, errorf(http.StatusUnprocessableEntity, "validation_failed", "commit is for a Git service's deploy without an image")
+	}
 	if ref == "" {
 		ref = c.service.Source.Image
 	}
-	if ref == "" {
-		return 0, nil, errorf(http.StatusUnprocessableEntity, "validation_failed", "service %s builds from Git; give an image to deploy (builds come with a later version)", c.service.Name)
-	}
-	ctx := r.Context()
 	// Resolve before anything is decided: an image that cannot be resolved
 	// creates nothing.
 	pinned, err := a.cfg.Images.Resolve(ctx, ref)

@@ -29,6 +29,8 @@ func (a *API) routeTable() []route {
 		tokens  = domain.ScopeTokensWrite
 		audit   = domain.ScopeAuditRead
 		admin   = domain.ScopeInstanceAdmin
+		bRead   = domain.ScopeBuildsRead
+		bWrite  = domain.ScopeBuildsWrite
 		ok      = http.StatusOK
 		created = http.StatusCreated
 		none    = http.StatusNoContent
@@ -153,7 +155,7 @@ func (a *API) routeTable() []route {
 			response: []query.ProcessReplicas{}, status: ok, handle: a.listReplicas},
 		{method: "PUT", path: targetPath + "/replicas", tag: "services", summary: "Scale a process of a service in an environment (a new release; waits for approval in a protected environment)", scope: write,
 			request: ScaleRequest{}, response: ReplicasResponse{}, status: ok, accepted: query.ChangeSet{}, handle: a.scale},
-		{method: "POST", path: targetPath + "/deployments", tag: "deployments", summary: "Deploy an image (pinned to its digest) as a new release", scope: deploy,
+		{method: "POST", path: targetPath + "/deployments", tag: "deployments", summary: "Deploy an image (pinned to its digest) as a new release; a Git service builds the tracked branch's head, or commit (the deployment starts when the build succeeds)", scope: deploy,
 			request: DeployRequest{}, response: DeployResponse{}, status: later, creating: true, handle: a.deploy},
 		{method: "POST", path: targetPath + "/rollback", tag: "deployments", summary: "Deploy an earlier release again", scope: deploy,
 			request: RollbackRequest{}, response: DeployResponse{}, status: later, creating: true, handle: a.rollback},
@@ -189,6 +191,34 @@ func (a *API) routeTable() []route {
 			status: ok, handle: a.environmentEvents, events: []streamEvent{
 				{"audit", "id: the audit log entry's seq (resume with Last-Event-ID; without it the stream starts with what happens next)", EnvironmentEvent{}},
 			}},
+		{method: "POST", path: HookPath + "{hook}", tag: "builds", public: true,
+			summary: "A forge's push webhook (GitHub, GitLab, Gitea, Forgejo, Bitbucket Cloud), signed with the project's secret over the raw body (401 unsigned or bad_signature; 400 not a JSON payload of the event; 413 over 1 MiB); a redelivery is a no-op",
+			response: HookResponse{}, status: ok, handle: a.receiveHook},
+		{method: "GET", path: projectPath + "/webhook", tag: "builds", summary: "The project's push webhook: its URL and whether a secret is set (never the secret)", scope: read,
+			response: WebhookInfo{}, status: ok, handle: a.getWebhook},
+		{method: "POST", path: projectPath + "/webhook/rotate", tag: "builds", summary: "Make the webhook's secret (the first, or a new one: the one before is accepted for 24 hours); shown once", scope: write,
+			response: WebhookSecret{}, status: ok, handle: a.rotateWebhook},
+		{method: "GET", path: projectPath + "/webhook/deliveries", tag: "builds", summary: "Deliveries the webhook received, newest first, with their outcome (building, or ignored and why)", scope: bRead,
+			response: []query.Delivery{}, status: ok, query: []param{limit}, handle: a.listDeliveries},
+		{method: "GET", path: projectPath + "/builds", tag: "builds", summary: "Builds from Git, newest first", scope: bRead,
+			response: []query.Build{}, status: ok, query: []param{{"service", "only this service's", "string"}, limit}, handle: a.listBuilds},
+		{method: "GET", path: orgPath + "/builds/{build}", tag: "builds", summary: "A build: its status, image and digest, or why it failed (exit code and last log lines)", scope: bRead,
+			response: query.Build{}, status: ok, handle: a.getBuild},
+		{method: "POST", path: orgPath + "/builds/{build}/cancel", tag: "builds", summary: "Cancel a build that has not finished (a running build's Job is stopped); 409 when it is over", scope: bWrite,
+			response: query.Build{}, status: ok, handle: a.cancelBuild},
+		{method: "GET", path: orgPath + "/builds/{build}/logs", tag: "builds", summary: "A build's output (kept 7 days); follow with the cursor", scope: bRead,
+			response: BuildLogPage{}, status: ok, query: []param{{"cursor", "next of the previous page (always present: the position to continue following from)", "string"}, limit}, handle: a.buildLogs},
+		{method: "GET", path: orgPath + "/builds/{build}/logs/events", tag: "builds",
+			summary: "Follow a build's output (server-sent events): the build, then each line; the stream closes when the build is over", scope: bRead,
+			status: ok, handle: a.buildLogEvents, events: []streamEvent{
+				{"build", "no id; the build as it stands: first, and again when its status changes", query.Build{}},
+				{"line", "id: the line's id (resume with Last-Event-ID)", BuildLogEvent{}},
+			}},
+		{method: "GET", path: targetPath + "/tracking", tag: "builds", summary: "The branch a Git service follows in an environment", scope: read,
+			response: TrackingView{}, status: ok, handle: a.getTracking},
+		{method: "PUT", path: targetPath + "/tracking", tag: "builds", summary: "Set the branch a Git service follows in an environment (pushes to it build and deploy there), or none", scope: write,
+			request: TrackRequest{}, response: TrackingView{}, status: ok, handle: a.track},
+
 		{method: "GET", path: envPath + "/changesets", tag: "changesets", summary: "Change sets of a protected environment", scope: read, response: []query.ChangeSet{}, status: ok,
 			query: []param{{"status", "open, approved, rejected or expired", "string"}}, handle: a.listChangeSets},
 		{method: "GET", path: envPath + "/changesets/{changeset}", tag: "changesets", summary: "A change set, with what each change changes (the present value against the new one; secrets masked)", scope: read,

@@ -293,6 +293,12 @@ func (h *Handler) Build(ctx context.Context, c Context, orgID, buildID string, c
 		func(s *domain.Build, m domain.Meta) (domain.Decision, error) { return s.Decide(buildID, cmd, m) })
 }
 
+// BuildState reads a build's state as its stream has it now.
+func (h *Handler) BuildState(ctx context.Context, orgID, buildID string) (*domain.Build, error) {
+	b, _, _, _, err := load(ctx, h, domain.BuildStream(buildID), orgID, domain.NewBuild)
+	return b, err
+}
+
 // Delivery records a push webhook delivery on its own stream; recording it
 // again changes nothing (Result.Events is empty: a redelivery).
 func (h *Handler) Delivery(ctx context.Context, c Context, orgID, deliveryID string, cmd domain.DeliveryCommand) (Result, error) {

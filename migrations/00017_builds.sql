@@ -81,7 +81,8 @@ CREATE TABLE build_queue (
     service_id uuid    NOT NULL,
     branch     text    NOT NULL,
     seq        bigint  NOT NULL,
-    running    boolean NOT NULL
+    running    boolean NOT NULL,
+    timeout_seconds integer NOT NULL
 );
 CREATE INDEX build_queue_cluster ON build_queue (cluster_id, running, seq);
 CREATE INDEX build_queue_branch ON build_queue (service_id, cluster_id, branch);

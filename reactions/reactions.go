@@ -67,6 +67,10 @@ type Config struct {
 	// StallTimeout flags a deployment without stage progress (default 10 min).
 	StallTimeout time.Duration
 	BatchSize    int
+	// BuildsPerCluster bounds the builds a cluster runs at once (default 2);
+	// BuildTimeout stops a build that runs longer (default 30 min).
+	BuildsPerCluster int
+	BuildTimeout     time.Duration
 	// Upgrades configures the reactions of agent upgrades (upgrades.go).
 	Upgrades Upgrades
 	// Documents reads revision n of an environment's desired state, whole
@@ -102,6 +106,12 @@ func New(cfg Config) (*Reactions, error) {
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 500
+	}
+	if cfg.BuildsPerCluster <= 0 {
+		cfg.BuildsPerCluster = DefaultBuildsPerCluster
+	}
+	if cfg.BuildTimeout <= 0 {
+		cfg.BuildTimeout = domain.DefaultBuildTimeout
 	}
 	return &Reactions{cfg: cfg, pool: cfg.Store.Pool()}, nil
 }
@@ -147,6 +157,7 @@ type timerPayload struct {
 	ChangeSetID  string `json:"changeSetId,omitempty"`
 	ServerID     string `json:"serverId,omitempty"`
 	UpgradeID    string `json:"upgradeId,omitempty"`
+	BuildID      string `json:"buildId,omitempty"`
 }
 
 func actor() command.Context {
@@ -177,6 +188,9 @@ func (r *Reactions) react(ctx context.Context, tx pgx.Tx, e eventstore.Event, d 
 	c := actor()
 	c.RequestID = e.RequestID
 	if ops, handled, err := r.reactUpgrade(ctx, tx, e, d, c); handled {
+		return ops, err
+	}
+	if ops, handled, err := r.reactBuild(ctx, tx, e, d, c); handled {
 		return ops, err
 	}
 	switch d := d.(type) {
@@ -406,6 +420,8 @@ func (r *Reactions) FireDue(ctx context.Context) (int, error) {
 			_, err = r.cfg.Commands.Project(ctx, c, t.org, t.payload.ProjectID, domain.ExpireChangeSet{ChangeSetID: t.payload.ChangeSetID, TTL: r.cfg.ApprovalTTL})
 		case timerUpgrade:
 			err = r.fireUpgrade(ctx, c, t.org, t.payload)
+		case timerBuild:
+			err = r.fireBuild(ctx, c, t.org, t.payload)
 		default:
 			r.cfg.Logger.Error("reactions: dropping a timer of an unknown kind", "key", t.key, "kind", t.kind)
 		}

@@ -193,6 +193,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		Telemetry:   tel,
 		RetryParked: retryParked(store, proj.Subscription(nil), react.Subscription(nil)),
 		Backup:      backupCfg,
+		PublicURL:   cfg.PublicURL,
 	})
 	if err != nil {
 		return err
@@ -216,6 +217,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		Heads: link.Heads, Fetch: link.Fetch,
 		OnHello: link.OnHello, OnHeartbeat: link.OnHeartbeat, OnAck: link.OnAck, OnDisconnect: link.OnDisconnect,
 		OnStatus: link.OnStatus, OnLogs: link.OnLogs, OnStage: link.OnStage, OnUpgradeResult: link.UpgradeResult,
+		OnBuildReport: link.OnBuildReport, OnBuildLogs: link.OnBuildLogs,
 		Logger: log,
 	})
 	if err != nil {
@@ -253,6 +255,8 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		"agent-upgrades": func(ctx context.Context) error {
 			return react.DeliverUpgrades(ctx, connectedServers(hub), waker.Subscribe())
 		},
+		// Each cluster's builds go to its servers connected here.
+		"agent-builds": func(ctx context.Context) error { return link.DeliverBuilds(ctx, waker.Subscribe()) },
 	} {
 		wg.Add(1)
 		go func() {

@@ -61,6 +61,10 @@ type ClientConfig struct {
 	// AgentUpgradeResult. Nil: the agent cannot upgrade itself, and
 	// answers so.
 	Upgrade func(u AgentUpgrade)
+	// Builds is told of each set of builds the control plane wants running
+	// (the whole set, each time); it must return at once. Nil: the agent
+	// does not run builds (its hello must say so).
+	Builds func(b Builds)
 }
 
 // Report is a frame the agent sends on its own: a status or a log batch.
@@ -326,6 +330,15 @@ func (c *Client) session(ctx context.Context) (_ bool, err error) {
 				continue
 			}
 			c.cfg.Upgrade(u)
+		case TypeBuilds:
+			var b Builds
+			if err := DecodePayload(env, &b); err != nil {
+				cn.close(websocket.ClosePolicyViolation, err.Error())
+				return true, err
+			}
+			if c.cfg.Builds != nil {
+				c.cfg.Builds(b)
+			}
 		case TypeError:
 			var em ErrorMessage
 			_ = DecodePayload(env, &em)

@@ -58,7 +58,11 @@ type HubConfig struct {
 	OnStage     func(ctx context.Context, p Peer, s StageReport)
 	// OnUpgradeResult is told of an agent's answer to an agent_upgrade.
 	OnUpgradeResult func(ctx context.Context, p Peer, r AgentUpgradeResult)
-	OnDisconnect    func(ctx context.Context, p Peer, reason string)
+	// OnBuildReport and OnBuildLogs are told of what the agent reports of
+	// its builds.
+	OnBuildReport func(ctx context.Context, p Peer, r BuildReport)
+	OnBuildLogs   func(ctx context.Context, p Peer, l BuildLogs)
+	OnDisconnect  func(ctx context.Context, p Peer, reason string)
 	Logger          *slog.Logger
 	// ReadTimeout closes a connection that sent nothing (not even a pong) for
 	// this long (default 3 heartbeats).
@@ -92,6 +96,10 @@ type agentConn struct {
 	sent map[string]int
 	// kick asks the connection's own loop to look for newer revisions.
 	kick chan struct{}
+	// builds says the agent runs builds (its hello); buildsSent is the
+	// last set of builds sent, so that the same set is not sent again.
+	builds     bool
+	buildsSent string
 }
 
 // NewHub returns a hub; it serves until ctx ends.
@@ -257,6 +265,7 @@ func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
 		}
 	}
 	ac.mu.Lock()
+	ac.builds = hello.Builds
 	for env, rev := range hello.Applied {
 		if rev > 0 {
 			ac.sent[env] = rev
@@ -342,6 +351,22 @@ func (h *Hub) readLoop(ctx context.Context, ac *agentConn) string {
 			if h.cfg.OnStage != nil {
 				h.cfg.OnStage(ctx, *ac.peer, st)
 			}
+		case TypeBuildReport:
+			var br BuildReport
+			if err := DecodeValid(env, &br); err != nil {
+				return refuse(ac.c, err)
+			}
+			if h.cfg.OnBuildReport != nil {
+				h.cfg.OnBuildReport(ctx, *ac.peer, br)
+			}
+		case TypeBuildLogs:
+			var bl BuildLogs
+			if err := DecodeValid(env, &bl); err != nil {
+				return refuse(ac.c, err)
+			}
+			if h.cfg.OnBuildLogs != nil {
+				h.cfg.OnBuildLogs(ctx, *ac.peer, bl)
+			}
 		case TypeAgentUpgradeResult:
 			var r AgentUpgradeResult
 			if err := DecodeValid(env, &r); err != nil {
@@ -385,6 +410,49 @@ func (h *Hub) SendUpgrade(ctx context.Context, serverID string, u AgentUpgrade) 
 	}
 	return nil
 }
+
+// SendBuilds sends a connected server the builds its cluster should run,
+// unless this very set was the last one sent on this connection (key says
+// what the set is: the caller's digest of it). The set carries opened
+// credentials: the server's credential is checked again first. A server
+// whose agent does not run builds is sent nothing (ErrNoBuilds).
+func (h *Hub) SendBuilds(ctx context.Context, serverID, key string, b Builds) error {
+	h.mu.Lock()
+	ac := h.conns[serverID]
+	h.mu.Unlock()
+	if ac == nil {
+		return ErrNotConnected
+	}
+	ac.mu.Lock()
+	can, same := ac.builds, ac.buildsSent == key
+	ac.mu.Unlock()
+	if !can {
+		return ErrNoBuilds
+	}
+	if same {
+		return nil
+	}
+	if err := h.recheck(ctx, ac); err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrNotConnected, err)
+	}
+	frame, err := Encode(TypeBuilds, "", b)
+	if err != nil {
+		return err
+	}
+	if err := ac.c.send(frame); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotConnected, err)
+	}
+	ac.mu.Lock()
+	ac.buildsSent = key
+	ac.mu.Unlock()
+	return nil
+}
+
+// ErrNoBuilds means the server's agent predates builds.
+var ErrNoBuilds = errors.New("the server's agent does not run builds")
 
 // errRevoked is a credential that no longer authenticates.
 var errRevoked = errors.New("the credential is no longer valid")

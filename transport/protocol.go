@@ -89,6 +89,10 @@ type Hello struct {
 	// CannotUpgrade says why not when Upgradable is false (one of the
 	// CannotUpgrade* reasons, or another sentence).
 	CannotUpgrade string `json:"cannotUpgrade,omitempty"`
+	// Builds says the agent runs builds (it understands TypeBuilds): an
+	// agent that predates builds is never sent one, which it would take for
+	// an unknown frame.
+	Builds bool `json:"builds,omitempty"`
 }
 
 // Why an agent cannot upgrade itself (Hello.CannotUpgrade).
