@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/nebulactrl/nebulactrl/agent/build"
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/agent/selfupdate"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -65,6 +66,10 @@ type Config struct {
 	// keeps a new binary's probation; nil: this agent cannot upgrade
 	// itself (its hello says so).
 	Updater *selfupdate.Updater
+	// Builds runs the control plane's builds from Git as Jobs (its Client,
+	// Report and Logs are the agent's); nil: this agent runs no builds (its
+	// hello says so, and it is sent none).
+	Builds *build.Config
 }
 
 // cannotUpgradeHere is the hello's reason for an agent without an updater.
@@ -95,6 +100,9 @@ type Agent struct {
 
 	outbox  chan transport.Report
 	dropped atomic.Int64
+
+	// builds runs builds from Git while leading (nil without Config.Builds).
+	builds *builds
 
 	// client and runCtx are the link and the context of Run, for upgrades.
 	client atomic.Pointer[transport.Client]
@@ -138,6 +146,11 @@ func New(cfg Config) (*Agent, error) {
 		due: map[string]due{}, applying: map[string]bool{}, wake: make(chan struct{}, 1),
 		stages: newStageTracker(), queued: make(chan struct{}, 1),
 		outbox: make(chan transport.Report, 256)}
+	a.cfg = cfg
+	if cfg.Builds != nil {
+		a.builds = newBuilds(a, *cfg.Builds)
+		cfg.Link.Builds = a.builds.set
+	}
 	cfg.Link.Outbox = a.outbox
 	cfg.Link.Hello = a.hello
 	cfg.Link.Apply = a.apply
@@ -190,6 +203,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.elect(ctx) }()
+	}
+	if a.builds != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.builds.loop(ctx) }()
 	}
 	wg.Add(3)
 	go func() { defer wg.Done(); a.progressLoop(ctx) }()
@@ -275,6 +292,7 @@ func (a *Agent) hello(ctx context.Context) transport.Hello {
 		hello.Facts.AgentUpgrade = a.cfg.Updater.Facts()
 	}
 	hello.Upgradable, hello.CannotUpgrade = &can, why
+	hello.Builds = a.builds != nil
 	return hello
 }
 
@@ -298,6 +316,9 @@ func (a *Agent) upgrade(u transport.AgentUpgrade) {
 // busy reports whether the agent has work running: a desired state being
 // applied, or a rollout under way that the progress loop carries on.
 func (a *Agent) busy() bool {
+	if a.builds != nil && a.builds.running() > 0 {
+		return true
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.applying) > 0 || len(a.due) > 0

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nebulactrl/nebulactrl/agent"
+	"github.com/nebulactrl/nebulactrl/agent/build"
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/agent/selfupdate"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -91,6 +92,12 @@ Example (in a cluster, as the install manifest runs it):
 			&cli.DurationFlag{Name: "retry-period", Value: 2 * time.Second, Usage: "leader election retry period"},
 			&cli.DurationFlag{Name: "retire-grace", Value: reconcile.DefaultRetireGrace, EnvVars: []string{"NEBULACTRL_RETIRE_GRACE"},
 				Usage: "how long an old release keeps running after traffic moved to the new one, so its requests can finish"},
+			&cli.StringFlag{Name: "build-namespace", EnvVars: []string{"NEBULACTRL_BUILD_NAMESPACE"},
+				Usage: "run the control plane's builds from Git as Jobs in this namespace (the manifest's nebula-build); empty: this agent runs no builds"},
+			&cli.StringFlag{Name: "registry", Value: build.DefaultPushRegistry, EnvVars: []string{"NEBULACTRL_REGISTRY"},
+				Usage: "the cluster's registry as build pods push to it (plain HTTP, in-cluster)"},
+			&cli.StringFlag{Name: "node-registry", Value: build.DefaultNodeRegistry, EnvVars: []string{"NEBULACTRL_NODE_REGISTRY"},
+				Usage: "the same registry as every node pulls from it (a localhost NodePort: containerd reaches it over plain HTTP)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"NEBULACTRL_LOG_LEVEL"}},
 		},
 		Action: func(c *cli.Context) error { return serve(c) },
@@ -274,6 +281,14 @@ func serve(c *cli.Context) error {
 		cred = reg.Credential
 	}
 	updater.SetCredential(cred)
+	var builds *build.Config
+	if ns := c.String("build-namespace"); ns != "" {
+		builds = &build.Config{Client: client, Namespace: ns, PushRegistry: c.String("registry"), NodeRegistry: c.String("node-registry"),
+			Report: func(transport.BuildReport) {}, Logs: func(transport.BuildLogs) {}}
+		if err := builds.Validate(); err != nil {
+			return err
+		}
+	}
 	a, err := agent.New(agent.Config{
 		Link: transport.ClientConfig{URL: c.String("url"), Credential: cred, TLS: tlsCfg, AllowPlain: plain, AllowPlainRemote: plainRemote, Logger: log,
 			OnConnected: func(transport.Welcome) { health.connected.Store(true) }, OnDisconnected: func(error) { health.connected.Store(false) }},
@@ -285,6 +300,7 @@ func serve(c *cli.Context) error {
 		Binding:     binding,
 		Logger:      log,
 		Updater:     updater,
+		Builds:      builds,
 	})
 	if err != nil {
 		return err
