@@ -62,10 +62,15 @@ type deployOutcome struct {
 	Deployment *query.Deployment `json:"deployment"`
 	Release    *query.Release    `json:"release"`
 	ChangeSet  *query.ChangeSet  `json:"changeSet"`
+	// Build is what a Git service's deploy builds first (status building).
+	Build *query.Build `json:"build,omitempty"`
 }
 
 // Deploy statuses besides statusWaiting.
-const statusStarted = "started"
+const (
+	statusStarted  = "started"
+	statusBuilding = "building"
+)
 
 // deployed prints what a deploy or rollback started (or that it waits for
 // approval) and follows it with --wait.
@@ -85,6 +90,26 @@ func (x *cmdCtx) deployed(cl *client.Client, a address, res api.DeployResponse) 
 		return err
 	}
 	return x.afterDeploy(cl, a, res)
+}
+
+// building says what a Git service's deploy started (a build) and, with
+// --wait, follows it and then its deployment.
+func (x *cmdCtx) building(cl *client.Client, a address, b query.Build) error {
+	if x.machine() {
+		if err := x.emit(deployOutcome{Status: statusBuilding, Build: &b}); err != nil {
+			return err
+		}
+	} else {
+		x.printf("Building %s of %s (build %s, %s): the deployment starts when it succeeds.\n", or(short(b.Commit), b.Branch+"'s head"), a, b.ID, b.Status)
+	}
+	if !x.Bool("wait") {
+		return nil
+	}
+	env, err := cl.Environment(x.Context.Context, a.Org, a.Project, a.Env)
+	if err != nil {
+		return err
+	}
+	return x.awaitBuildDeploy(cl, a, env.ID, b)
 }
 
 // afterDeploy follows what a deploy or rollback started when --wait asks for
@@ -112,6 +137,12 @@ first: an image it cannot resolve is refused and nothing is created. In a
 protected environment the deployment waits in a change set for someone
 else's approval.
 
+A Git service is built first, in the environment's cluster: the head of the
+branch the environment tracks (as the last push said; without one, as the
+cluster finds it), or --commit. A commit already built there deploys its
+image at once. The deployment starts when the build succeeds; with --wait the
+build's output is printed, and a build that fails exits 7.
+
 With --wait it follows the deployment's rollout until it ends: on a terminal
 one line shows the stage, the pods ready and the time taken, and each stage
 done stays as a line; otherwise one plain line per stage.
@@ -119,18 +150,23 @@ done stays as a line; otherwise one plain line per stage.
 Example:
    nebula deploy acme/shop/production/api --image ghcr.io/acme/api:1.5
    nebula deploy acme/shop/staging/api --wait --timeout 5m
+   nebula deploy acme/shop/staging/web --commit 9f1c2e7d0b3a4c5d6e7f8091a2b3c4d5e6f70819 --wait
 
 ` + exitCodesHelp,
-		flags: append([]cli.Flag{&cli.StringFlag{Name: "image", Usage: "the image to deploy (default: the service's image)"}}, waitFlags()...),
+		flags: append([]cli.Flag{&cli.StringFlag{Name: "image", Usage: "the image to deploy (default: the service's image)"},
+			&cli.StringFlag{Name: "commit", Usage: "a Git service: build and deploy this commit (the full id) instead of the tracked branch's head"}}, waitFlags()...),
 		json:  true, nargs: 1,
 		run: func(x *cmdCtx) error {
 			a, cl, err := x.addressClient(0, shapeTarget)
 			if err != nil {
 				return err
 			}
-			res, err := cl.Deploy(x.Context.Context, a.Org, a.Project, a.Env, a.Service, x.String("image"))
+			res, err := cl.DeployWith(x.Context.Context, a.Org, a.Project, a.Env, a.Service, api.DeployRequest{Image: x.String("image"), Commit: x.String("commit")})
 			if err != nil {
 				return err
+			}
+			if res.Build != nil && res.Deployment == nil && res.ChangeSet == nil {
+				return x.building(cl, a, *res.Build)
 			}
 			return x.deployed(cl, a, res)
 		},

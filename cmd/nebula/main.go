@@ -72,6 +72,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			domainCommand(),
 			clusterCommand(),
 			deployCommand(),
+			buildsCommand(),
 			rollbackCommand(),
 			releasesCommand(),
 			deploymentsCommand(),

@@ -22,7 +22,7 @@ import (
 const maxSecretBytes = 64 << 10
 
 func projectCommand() *cli.Command {
-	return group("project", "create, list and delete projects",
+	return group("project", "create, list and delete projects; their push webhook and its deliveries",
 		spec{
 			name: "create", usage: "create a project", argsUsage: shapeProject,
 			description: `Creates a project in an organisation.
@@ -92,6 +92,8 @@ Example:
 				return nil
 			},
 		}.command(),
+		webhookSpecs()[0],
+		webhookSpecs()[1],
 	)
 }
 
@@ -321,8 +323,9 @@ func progressDeadline(secs int) string {
 }
 
 func serviceCommand() *cli.Command {
-	return group("service", "create, change, scale, list and delete services; resume their automatic deploys",
+	return group("service", "create, change, scale, list and delete services; the branch a Git service tracks; resume their automatic deploys",
 		serviceScaleSpec().command(),
+		trackSpec().command(),
 		spec{
 			name: "create", usage: "create a service from an image or a Git branch", argsUsage: shapeService,
 			description: `Creates a service of a project, in every environment of it. It runs one "web"
@@ -330,15 +333,20 @@ process with --port and --replicas. Deploy it with nebula deploy.
 
 Example:
    nebula service create acme/shop/api --image ghcr.io/acme/api:1.4 --port 8080 --replicas 2
-   nebula service create acme/shop/web --git https://github.com/acme/web --branch main --progress-deadline 15m`,
-			flags: []cli.Flag{
+   nebula service create acme/shop/web --git https://github.com/acme/web --branch main --progress-deadline 15m
+   echo -n "$TOKEN" | nebula service create acme/shop/app --git https://git.example.com/acme/app.git --branch main --git-token-stdin --port 8080
+
+A Git service is built in the cluster of each environment (nebula deploy, or a
+push to the branch an environment tracks: nebula project webhook, nebula
+service track).`,
+			flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "image", Usage: "the image to run (a tag is pinned to its digest when deployed)"},
 				&cli.StringFlag{Name: "git", Usage: "the Git repository to build from"},
-				&cli.StringFlag{Name: "branch", Usage: "the branch of --git"},
+				&cli.StringFlag{Name: "branch", Usage: "the default branch of --git (environments track it unless set otherwise)"},
 				&cli.IntFlag{Name: "port", Usage: "the port the web process listens on"},
 				&cli.IntFlag{Name: "replicas", Usage: "how many web processes run (default 1)"},
 				deadlineFlag(),
-			},
+			}, gitFlags()...),
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
 				a, err := x.address(0, shapeService)
@@ -355,6 +363,9 @@ Example:
 					return exitError{exitUsage, errors.New("--git needs --branch")}
 				case req.Image != "" && req.GitBranch != "":
 					return exitError{exitUsage, errors.New("--branch goes with --git, not --image")}
+				}
+				if err := x.applyGitFlags(&req); err != nil {
+					return err
 				}
 				if x.IsSet("port") {
 					p := x.Int("port")
@@ -386,14 +397,14 @@ froze until the next deployment.
 Example:
    nebula service update acme/shop/api --progress-deadline 10m
    nebula service update acme/shop/api --image ghcr.io/acme/api:1.5 --replicas 3`,
-			flags: []cli.Flag{
+			flags: append([]cli.Flag{
 				&cli.StringFlag{Name: "image", Usage: "the image to run"},
 				&cli.StringFlag{Name: "git", Usage: "the Git repository to build from"},
-				&cli.StringFlag{Name: "branch", Usage: "the branch of --git"},
+				&cli.StringFlag{Name: "branch", Usage: "the default branch of the Git source"},
 				&cli.IntFlag{Name: "port", Usage: "the port the web process listens on"},
 				&cli.IntFlag{Name: "replicas", Usage: "how many web processes run"},
 				deadlineFlag(),
-			},
+			}, gitFlags()...),
 			json: true, nargs: 1,
 			run: func(x *cmdCtx) error {
 				a, err := x.address(0, shapeService)
@@ -406,8 +417,9 @@ Example:
 					return exitError{exitUsage, errors.New("give either --image or --git, not both")}
 				case req.GitURL != "" && req.GitBranch == "":
 					return exitError{exitUsage, errors.New("--git needs --branch")}
-				case req.GitURL == "" && req.GitBranch != "":
-					return exitError{exitUsage, errors.New("--branch goes with --git")}
+				}
+				if err := x.applyGitFlags(&req); err != nil {
+					return err
 				}
 				if x.IsSet("port") {
 					p := x.Int("port")
