@@ -303,7 +303,9 @@ func (h *Handler) BuildState(ctx context.Context, orgID, buildID string) (*domai
 // again changes nothing (Result.Events is empty: a redelivery).
 func (h *Handler) Delivery(ctx context.Context, c Context, orgID, deliveryID string, cmd domain.DeliveryCommand) (Result, error) {
 	return run(ctx, h, c, cmd, domain.DeliveryStream(deliveryID), orgID, domain.NewWebhookDelivery,
-		func(s *domain.WebhookDelivery, m domain.Meta) (domain.Decision, error) { return s.Decide(deliveryID, cmd, m) })
+		func(s *domain.WebhookDelivery, m domain.Meta) (domain.Decision, error) {
+			return s.Decide(deliveryID, cmd, m)
+		})
 }
 
 // Server records a server's connections on its own stream.

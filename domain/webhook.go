@@ -166,8 +166,8 @@ type BranchTracked struct {
 // WebhookSecretRotated records the project's push webhook secret, sealed;
 // the previous one is accepted until PreviousUntil.
 type WebhookSecretRotated struct {
-	ProjectID     string      `json:"projectId"`
-	Secret        SealedValue `json:"secret"`
+	ProjectID     string       `json:"projectId"`
+	Secret        SealedValue  `json:"secret"`
 	Previous      *SealedValue `json:"previous,omitempty"`
 	PreviousUntil *time.Time   `json:"previousUntil,omitempty"`
 }

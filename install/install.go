@@ -16,6 +16,16 @@
 // root filesystems, bounded resources, and health probes that need no
 // inbound port.
 //
+// Builds run as Jobs in BuildNamespace, whose Pod Security level is
+// "privileged" (rootless BuildKit needs Unconfined seccomp and AppArmor). The
+// agent's rights there are a Role of its own (Jobs, their pods, logs and
+// events, Secrets), and a second ValidatingAdmissionPolicy keeps its Jobs
+// from what that level would otherwise allow: privileged containers, added
+// capabilities, host namespaces, host paths and host ports. The builds push
+// to the cluster's registry (a Deployment in AgentNamespace on a
+// PersistentVolumeClaim), which every node pulls from through a NodePort on
+// localhost: RegistryPushAddress and RegistryNodeAddress.
+//
 // The join token is in the manifest only when asked for; without it the
 // manifest can live in Git and the token's Secret is created on its own.
 package install
@@ -27,6 +37,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/template"
 
@@ -59,6 +70,17 @@ type Options struct {
 	// not loopback: the join token, the agents' credentials and the secrets
 	// of every desired state then cross the network in clear.
 	InsecurePlainHTTP bool
+	// RegistryImage is the cluster registry's image, with an explicit tag or
+	// digest ("": the constant RegistryImage).
+	RegistryImage string
+	// RegistrySize is the storage the registry's PersistentVolumeClaim
+	// requests, a Kubernetes quantity ("": DefaultRegistrySize).
+	RegistrySize string
+	// RegistryStorageClass is the storageClassName of the registry's
+	// PersistentVolumeClaim. Empty leaves the field out, so that the
+	// cluster's default StorageClass provisions it: on K3s, local-path, a
+	// directory on the node the registry is scheduled to.
+	RegistryStorageClass string
 }
 
 // Names of what the manifest creates.
@@ -88,6 +110,32 @@ const (
 	ManagedByValue = "nebulactrl"
 )
 
+// The cluster's registry: builds push there, nodes pull from there.
+const (
+	// RegistryName names the registry's Deployment, PersistentVolumeClaim
+	// and Service, in AgentNamespace.
+	RegistryName = "nebula-registry"
+	// RegistryImage is the registry's default image: distribution's
+	// official image (registry:2.8.3 on Docker Hub), pinned.
+	RegistryImage = "docker.io/library/registry:2.8.3"
+	// DefaultRegistrySize is the default storage of the registry.
+	DefaultRegistrySize = "10Gi"
+	// RegistryPort is the registry's port, in its pod and on its Service.
+	RegistryPort = 5000
+	// RegistryNodePort is the Service's port on every node.
+	RegistryNodePort = 30500
+	// RegistryPushAddress is where builds push, over plain HTTP: the
+	// Service's name in the cluster (the agent's --registry).
+	RegistryPushAddress = RegistryName + "." + AgentNamespace + ".svc.cluster.local:5000"
+	// RegistryNodeAddress is where every node's container runtime pulls
+	// built images from, by digest: the NodePort on localhost, which
+	// containerd reaches over plain HTTP without configuration (the agent's
+	// --node-registry).
+	RegistryNodeAddress = "localhost:30500"
+	// BuildRole is the agent's Role, and RoleBinding, in BuildNamespace.
+	BuildRole = AgentName + "-builds"
+)
+
 // Host agent paths: the binary has a directory of its own, which the unit
 // lets the agent write (to replace itself) and nothing else of the system.
 const (
@@ -95,6 +143,22 @@ const (
 	HostBinary    = HostBinaryDir + "/nebulactrl-agent"
 	HostStateDir  = "/var/lib/nebulactrl-agent"
 )
+
+var (
+	// quantity is a storage size as Kubernetes writes it: 10Gi, 500M, 1.5Ti.
+	quantity = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$`)
+	// dnsSubdomain is a StorageClass name.
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// validSize reports whether s is a storage size greater than zero.
+func validSize(s string) bool {
+	if !quantity.MatchString(s) {
+		return false
+	}
+	n, err := strconv.ParseFloat(strings.TrimRight(s, "KMGTPEik"), 64)
+	return err == nil && n > 0
+}
 
 var releaseVersion = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 
@@ -143,7 +207,23 @@ func CheckURL(raw string, insecure bool) error {
 // Validate joins every problem with the options.
 func (o Options) Validate() error { return o.validate(true) }
 
-func (o Options) validate(image bool) error {
+func (o Options) registryImage() string {
+	if o.RegistryImage == "" {
+		return RegistryImage
+	}
+	return o.RegistryImage
+}
+
+func (o Options) registrySize() string {
+	if o.RegistrySize == "" {
+		return DefaultRegistrySize
+	}
+	return o.RegistrySize
+}
+
+// validate checks the options; cluster adds what only the manifest uses (the
+// images): a host runs the binary it was given, and has no cluster registry.
+func (o Options) validate(cluster bool) error {
 	var errs []error
 	if err := CheckURL(o.ControlPlaneURL, o.InsecurePlainHTTP); err != nil {
 		errs = append(errs, err)
@@ -154,8 +234,20 @@ func (o Options) validate(image bool) error {
 	if strings.ContainsAny(o.JoinToken, " \n\r\"'") {
 		errs = append(errs, errors.New("the join token holds spaces or quotes"))
 	}
-	if err := CheckImage(o.Image); image && err != nil {
+	if !cluster {
+		return errors.Join(errs...)
+	}
+	if err := CheckImage(o.Image); err != nil {
 		errs = append(errs, err)
+	}
+	if err := CheckImage(o.registryImage()); err != nil {
+		errs = append(errs, fmt.Errorf("registry: %w", err))
+	}
+	if size := o.registrySize(); !validSize(size) {
+		errs = append(errs, fmt.Errorf("registry size %q is not a storage size (10Gi, 500Mi)", size))
+	}
+	if c := o.RegistryStorageClass; c != "" && (len(c) > 253 || !dnsSubdomain.MatchString(c)) {
+		errs = append(errs, fmt.Errorf("registry storage class %q is not a StorageClass name", c))
 	}
 	return errors.Join(errs...)
 }
@@ -177,6 +269,9 @@ func (o Options) data() map[string]any {
 		"SAUser":     "system:serviceaccount:" + AgentNamespace + ":" + AgentName,
 		"HostBinary": HostBinary, "HostBinaryDir": HostBinaryDir, "HostStateDir": HostStateDir,
 		"Version": o.Version, "HostImage": DefaultImage(o.Version),
+		"BuildRole": BuildRole, "Registry": RegistryName, "RegistryImage": o.registryImage(), "RegistrySize": o.registrySize(),
+		"RegistryStorageClass": o.RegistryStorageClass, "RegistryPort": RegistryPort, "RegistryNodePort": RegistryNodePort,
+		"RegistryPush": RegistryPushAddress, "RegistryNode": RegistryNodeAddress,
 	}
 }
 
@@ -229,7 +324,8 @@ var manifest = template.Must(template.New("manifest").Parse(`# NebulaCtrl agent 
 # create the token's Secret (with a token from nebula cluster token create):
 #   kubectl -n {{.Namespace}} create secret generic {{.JoinSecret}} --from-literal={{.JoinKey}}=TOKEN
 {{- end}}
-# Requires Kubernetes 1.30 or newer (ValidatingAdmissionPolicy).
+# Requires Kubernetes 1.30 or newer (ValidatingAdmissionPolicy) and, for the
+# registry's volume, {{if .RegistryStorageClass}}the StorageClass {{.RegistryStorageClass}}{{else}}a default StorageClass (K3s: local-path){{end}}.
 apiVersion: v1
 kind: Namespace
 metadata:
@@ -241,11 +337,22 @@ metadata:
     pod-security.kubernetes.io/warn: restricted
     pod-security.kubernetes.io/audit: restricted
 ---
+# Builds run here, as Jobs the agent creates. Their builder, rootless
+# BuildKit, needs Unconfined seccomp and AppArmor, which the "baseline" and
+# "restricted" levels forbid: so this namespace alone enforces
+# "privileged", while warnings and the audit log still report every pod
+# against "restricted". What the agent's Jobs may ask beyond the builder's
+# needs is refused by the policy {{.Name}}-builds below.
 apiVersion: v1
 kind: Namespace
 metadata:
   name: {{.Build}}
-  labels: {app.kubernetes.io/part-of: nebulactrl}
+  labels:
+    app.kubernetes.io/part-of: nebulactrl
+    pod-security.kubernetes.io/enforce: privileged
+    pod-security.kubernetes.io/enforce-version: latest
+    pod-security.kubernetes.io/warn: restricted
+    pod-security.kubernetes.io/audit: restricted
 ---
 apiVersion: v1
 kind: ServiceAccount
@@ -362,6 +469,56 @@ spec:
   policyName: {{.Name}}
   validationActions: [Deny]
 ---
+# The agent's build Jobs get what the builder needs (Unconfined seccomp and
+# AppArmor, which is why {{.Build}} is "privileged") and nothing else that
+# level would allow: no privileged container, no added capability, no host
+# network, PID or IPC namespace, no host path, no host port. So the right to
+# create Jobs there is no way to a node's root.
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{.Name}}-builds
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [batch]
+      apiVersions: ["*"]
+      resources: [jobs]
+      operations: [CREATE, UPDATE]
+  matchConditions:
+  - name: the-agent
+    expression: "request.userInfo.username == '{{.SAUser}}'"
+  variables:
+  - name: pod
+    expression: "object.spec.template.spec"
+  - name: containers
+    expression: "variables.pod.containers + (has(variables.pod.initContainers) ? variables.pod.initContainers : [])"
+  validations:
+  - expression: >-
+      variables.containers.all(c, !has(c.securityContext) ||
+      ((!has(c.securityContext.privileged) || !c.securityContext.privileged) &&
+      (!has(c.securityContext.capabilities) || !has(c.securityContext.capabilities.add) ||
+      size(c.securityContext.capabilities.add) == 0)))
+    message: "the agent's build containers are not privileged and add no capability"
+  - expression: >-
+      !(has(variables.pod.hostNetwork) && variables.pod.hostNetwork) &&
+      !(has(variables.pod.hostPID) && variables.pod.hostPID) &&
+      !(has(variables.pod.hostIPC) && variables.pod.hostIPC)
+    message: "the agent's build pods share no host namespace"
+  - expression: "!has(variables.pod.volumes) || variables.pod.volumes.all(v, !has(v.hostPath))"
+    message: "the agent's build pods mount no host path"
+  - expression: "variables.containers.all(c, !has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0))"
+    message: "the agent's build containers take no host port"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{.Name}}-builds
+spec:
+  policyName: {{.Name}}-builds
+  validationActions: [Deny]
+---
 # In its own namespace: its leader election Lease and its credentials.
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -382,6 +539,40 @@ metadata:
   name: {{.Name}}
   namespace: {{.Namespace}}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: {{.Name}}}
+subjects:
+- {kind: ServiceAccount, name: {{.Name}}, namespace: {{.Namespace}}}
+---
+# In the build namespace, and nowhere else: its build Jobs, their pods (to
+# follow them), the build container's log, events, and the Secrets a build
+# reads (its Git credentials).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{.BuildRole}}
+  namespace: {{.Build}}
+rules:
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [create, delete, get, list, watch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create, delete, get, list]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{.BuildRole}}
+  namespace: {{.Build}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: {{.BuildRole}}}
 subjects:
 - {kind: ServiceAccount, name: {{.Name}}, namespace: {{.Namespace}}}
 {{- if .WithToken}}
@@ -473,6 +664,9 @@ spec:
         - --workload-role={{.WorkloadRole}}
         - --health-file={{.HealthFile}}
         - --state-dir={{.PodStateDir}}
+        - --build-namespace={{.Build}}
+        - --registry={{.RegistryPush}}
+        - --node-registry={{.RegistryNode}}
 {{- if .HasCA}}
         - --ca-bundle=/etc/nebulactrl/ca/ca.pem
 {{- end}}
@@ -542,6 +736,121 @@ spec:
   minAvailable: 1
   selector:
     matchLabels: {app.kubernetes.io/name: {{.Name}}}
+---
+# The cluster's registry. Builds push to the Service's name in the cluster,
+# over plain HTTP:
+#   {{.RegistryPush}}
+# Every node's containerd pulls the built images by digest from the Service's
+# NodePort on localhost, {{.RegistryNode}}: containerd reaches a registry on
+# localhost over plain HTTP with no configuration, and kube-proxy forwards a
+# NodePort on localhost in its iptables mode (K3s's default; not in nftables
+# or IPVS mode). The NodePort answers on the nodes' other addresses too,
+# without authentication: keep port {{.RegistryNodePort}} closed to anything but the
+# nodes themselves.
+# No NetworkPolicy narrows who may reach it in the cluster: the nodes' pulls
+# arrive through the NodePort from node addresses (rewritten by kube-proxy)
+# that a manifest cannot name, and a policy would block them.
+# On K3s the nodes can pull from a TLS registry instead, configured on every
+# node in /etc/rancher/k3s/registries.yaml (mirrors: the registry's host;
+# configs: its CA, or credentials), with the agent's --registry and
+# --node-registry naming it; this Deployment is then not needed.
+#
+# Its storage: a PersistentVolumeClaim, which the cluster's default
+# StorageClass provisions (K3s: local-path, a directory of mode 0777 on the
+# node the registry first runs on, which keeps it there; fsGroup makes other
+# volumes writable by its user)
+{{- if .RegistryStorageClass}}, here of StorageClass {{.RegistryStorageClass}}{{end}}.
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {{.Registry}}
+  namespace: {{.Namespace}}
+  labels: {app.kubernetes.io/name: {{.Registry}}, app.kubernetes.io/part-of: nebulactrl}
+spec:
+  accessModes: [ReadWriteOnce]
+{{- if .RegistryStorageClass}}
+  storageClassName: {{.RegistryStorageClass}}
+{{- end}}
+  resources:
+    requests: {storage: {{.RegistrySize}}}
+---
+# One replica, replaced by stopping it first (Recreate): the volume takes one
+# writer. Deleting manifests through the API is on; their blobs are freed by
+# the registry's garbage-collect command.
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{.Registry}}
+  namespace: {{.Namespace}}
+  labels: {app.kubernetes.io/name: {{.Registry}}, app.kubernetes.io/part-of: nebulactrl}
+spec:
+  replicas: 1
+  strategy: {type: Recreate}
+  selector:
+    matchLabels: {app.kubernetes.io/name: {{.Registry}}}
+  template:
+    metadata:
+      labels: {app.kubernetes.io/name: {{.Registry}}}
+    spec:
+      automountServiceAccountToken: false
+      enableServiceLinks: false
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        runAsGroup: 65532
+        fsGroup: 65532
+        seccompProfile: {type: RuntimeDefault}
+      containers:
+      - name: registry
+        image: {{.RegistryImage}}
+        ports:
+        - {name: registry, containerPort: {{.RegistryPort}}}
+        env:
+        - {name: REGISTRY_HTTP_ADDR, value: ":{{.RegistryPort}}"}
+        - {name: REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY, value: /var/lib/registry}
+        - {name: REGISTRY_STORAGE_DELETE_ENABLED, value: "true"}
+        resources:
+          requests: {cpu: 50m, memory: 64Mi}
+          limits: {cpu: "1", memory: 512Mi}
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          runAsNonRoot: true
+          capabilities: {drop: [ALL]}
+          seccompProfile: {type: RuntimeDefault}
+        # /v2/ answers 200 once the registry serves, 503 when its storage
+        # fails its health check.
+        readinessProbe:
+          httpGet: {path: /v2/, port: registry}
+          periodSeconds: 10
+          timeoutSeconds: 5
+          failureThreshold: 3
+        livenessProbe:
+          httpGet: {path: /v2/, port: registry}
+          initialDelaySeconds: 10
+          periodSeconds: 20
+          timeoutSeconds: 5
+          failureThreshold: 3
+        volumeMounts:
+        - {name: data, mountPath: /var/lib/registry}
+        - {name: tmp, mountPath: /tmp}
+      volumes:
+      - name: data
+        persistentVolumeClaim: {claimName: {{.Registry}}}
+      - name: tmp
+        emptyDir: {sizeLimit: 64Mi}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{.Registry}}
+  namespace: {{.Namespace}}
+  labels: {app.kubernetes.io/name: {{.Registry}}, app.kubernetes.io/part-of: nebulactrl}
+spec:
+  type: NodePort
+  selector: {app.kubernetes.io/name: {{.Registry}}}
+  ports:
+  - {name: registry, port: {{.RegistryPort}}, targetPort: registry, nodePort: {{.RegistryNodePort}}}
 `))
 
 var unitTmpl = template.Must(template.New("unit").Parse(`# /etc/systemd/system/nebulactrl-agent.service

@@ -63,6 +63,9 @@ func TestManifestDecodesIntoTheExpectedObjects(t *testing.T) {
 			require.Contains(t, agent.Args, "--lease-name=nebulactrl-agent")
 			require.Contains(t, agent.Args, "--workload-role="+install.WorkloadRole)
 			require.Contains(t, agent.Args, "--ca-bundle=/etc/nebulactrl/ca/ca.pem")
+			require.Contains(t, agent.Args, "--build-namespace=nebula-build")
+			require.Contains(t, agent.Args, "--registry=nebula-registry.nebula-system.svc.cluster.local:5000")
+			require.Contains(t, agent.Args, "--node-registry=localhost:30500")
 			require.Empty(t, o.Spec.Template.Spec.Tolerations, "no test-only tolerations")
 		case *rbacv1.ClusterRole:
 			for _, r := range o.Rules {
@@ -81,14 +84,16 @@ func TestManifestDecodesIntoTheExpectedObjects(t *testing.T) {
 			require.Equal(t, admissionv1.Fail, *o.Spec.FailurePolicy)
 		}
 	}
-	require.Equal(t, map[string]int{"Namespace": 2, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
-		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
-		"Secret": 1, "ConfigMap": 1, "StatefulSet": 1, "PodDisruptionBudget": 1}, kinds)
+	require.Equal(t, map[string]int{"Namespace": 2, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2,
+		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
+		"Secret": 1, "ConfigMap": 1, "StatefulSet": 1, "PodDisruptionBudget": 1,
+		"Deployment": 1, "PersistentVolumeClaim": 1, "Service": 1}, kinds)
 }
 
 // What Pod Security Admission's "restricted" asks, and what it does not ask
-// but the agent's pods do anyway: read-only root filesystems, bounded
-// resources, probes. The API server's own check is in the agent's tests.
+// but the agent's and the registry's pods do anyway: read-only root
+// filesystems, bounded resources, probes. The API server's own check is in
+// cluster_test.go and in the agent's tests.
 func TestManifestPodsAreLockedDown(t *testing.T) {
 	t.Parallel()
 	m, err := install.Manifest(install.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_abc_def", Image: "ghcr.io/nebulactrl/nebulactrl-agent:1.5.0", Cluster: "acme/eu-1"})
@@ -99,27 +104,41 @@ func TestManifestPodsAreLockedDown(t *testing.T) {
 			if o.Name == install.AgentNamespace {
 				require.Equal(t, "restricted", o.Labels["pod-security.kubernetes.io/enforce"], "the agent's namespace enforces restricted")
 			}
+		case *appsv1.Deployment:
+			require.Equal(t, install.RegistryName, o.Name)
+			require.Equal(t, install.AgentNamespace, o.Namespace, "the registry runs under restricted")
+			spec := o.Spec.Template.Spec
+			lockedDown(t, spec)
+			registry := spec.Containers[0]
+			for _, p := range []*corev1.Probe{registry.ReadinessProbe, registry.LivenessProbe} {
+				require.NotNil(t, p)
+				require.Equal(t, "/v2/", p.HTTPGet.Path)
+				require.Equal(t, "registry", p.HTTPGet.Port.String())
+			}
+			require.False(t, *spec.AutomountServiceAccountToken, "the registry has no business with the API")
+			writable := map[string]string{}
+			for _, v := range spec.Volumes {
+				switch {
+				case v.EmptyDir != nil:
+					writable[v.Name] = "emptyDir"
+				case v.PersistentVolumeClaim != nil:
+					writable[v.Name] = "pvc"
+				default:
+					t.Fatalf("volume %s: only an emptyDir and the claim", v.Name)
+				}
+			}
+			mounts := map[string]string{}
+			for _, vm := range registry.VolumeMounts {
+				mounts[vm.MountPath] = writable[vm.Name]
+			}
+			require.Equal(t, map[string]string{"/var/lib/registry": "pvc", "/tmp": "emptyDir"}, mounts,
+				"the root filesystem is read-only: the data and /tmp are volumes")
 		case *appsv1.StatefulSet:
 			spec := o.Spec.Template.Spec
-			require.True(t, *spec.SecurityContext.RunAsNonRoot)
-			require.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, spec.SecurityContext.SeccompProfile.Type)
-			for _, c := range append(spec.InitContainers, spec.Containers...) {
-				sc := c.SecurityContext
-				require.NotNil(t, sc, c.Name)
-				require.False(t, *sc.AllowPrivilegeEscalation, c.Name)
-				require.True(t, *sc.ReadOnlyRootFilesystem, c.Name)
-				require.True(t, *sc.RunAsNonRoot, c.Name)
-				require.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop, c.Name)
-				require.Empty(t, sc.Capabilities.Add, c.Name)
-				require.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, sc.SeccompProfile.Type, c.Name)
-				require.False(t, c.Resources.Requests.Cpu().IsZero(), c.Name)
-				require.False(t, c.Resources.Requests.Memory().IsZero(), c.Name)
-				require.False(t, c.Resources.Limits.Memory().IsZero(), c.Name)
-				require.False(t, c.Resources.Limits.Cpu().IsZero(), c.Name)
-				require.NotContains(t, c.Image, ":latest")
-			}
+			lockedDown(t, spec)
 			agent := spec.Containers[0]
 			require.NotNil(t, agent.LivenessProbe)
+
 			require.NotNil(t, agent.ReadinessProbe)
 			require.Equal(t, []string{"/agent-bin/nebulactrl-agent", "health", "--file=" + install.HealthFile}, agent.LivenessProbe.Exec.Command)
 			require.Contains(t, agent.ReadinessProbe.Exec.Command, "--connected")
@@ -142,6 +161,35 @@ func TestManifestPodsAreLockedDown(t *testing.T) {
 				}
 			}
 			require.True(t, health, "the health file is on a writable volume")
+		}
+	}
+}
+
+// lockedDown checks a pod of the manifest against what restricted asks, and
+// more: read-only root filesystems, bounded resources, pinned images.
+func lockedDown(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	require.True(t, *spec.SecurityContext.RunAsNonRoot)
+	require.NotZero(t, *spec.SecurityContext.RunAsUser, "not root")
+	require.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, spec.SecurityContext.SeccompProfile.Type)
+	require.False(t, spec.HostNetwork || spec.HostPID || spec.HostIPC)
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		sc := c.SecurityContext
+		require.NotNil(t, sc, c.Name)
+		require.False(t, *sc.AllowPrivilegeEscalation, c.Name)
+		require.True(t, *sc.ReadOnlyRootFilesystem, c.Name)
+		require.True(t, *sc.RunAsNonRoot, c.Name)
+		require.Nil(t, sc.Privileged, c.Name)
+		require.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop, c.Name)
+		require.Empty(t, sc.Capabilities.Add, c.Name)
+		require.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, sc.SeccompProfile.Type, c.Name)
+		require.False(t, c.Resources.Requests.Cpu().IsZero(), c.Name)
+		require.False(t, c.Resources.Requests.Memory().IsZero(), c.Name)
+		require.False(t, c.Resources.Limits.Memory().IsZero(), c.Name)
+		require.False(t, c.Resources.Limits.Cpu().IsZero(), c.Name)
+		require.NoError(t, install.CheckImage(c.Image), c.Name)
+		for _, p := range c.Ports {
+			require.Zero(t, p.HostPort, c.Name)
 		}
 	}
 }
@@ -278,4 +326,182 @@ func TestBadOptionsAreRefused(t *testing.T) {
 	require.ErrorContains(t, err, "URL")
 	require.ErrorContains(t, err, "join token")
 	require.ErrorContains(t, err, "image")
+}
+
+// The build namespace, the agent's rights there, the registry and where
+// builds push and nodes pull.
+func TestManifestInstallsTheRegistryAndTheBuildNamespace(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "nebula-registry.nebula-system.svc.cluster.local:5000", install.RegistryPushAddress)
+	require.Equal(t, "localhost:30500", install.RegistryNodeAddress)
+	require.Equal(t, 30500, install.RegistryNodePort)
+	require.Equal(t, "docker.io/library/registry:2.8.3", install.RegistryImage)
+	require.NoError(t, install.CheckImage(install.RegistryImage))
+
+	m, err := install.Manifest(install.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_abc_def", Image: "ghcr.io/nebulactrl/nebulactrl-agent:1.5.0", Cluster: "acme/eu-1"})
+	require.NoError(t, err)
+	agentSA := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: install.AgentName, Namespace: install.AgentNamespace}
+	var deployment *appsv1.Deployment
+	var service *corev1.Service
+	var claim *corev1.PersistentVolumeClaim
+	var buildRole *rbacv1.Role
+	var buildBinding *rbacv1.RoleBinding
+	var buildPolicy *admissionv1.ValidatingAdmissionPolicy
+	var buildPolicyBinding *admissionv1.ValidatingAdmissionPolicyBinding
+	for _, obj := range decode(t, m) {
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			if o.Name == install.BuildNamespace {
+				require.Equal(t, map[string]string{
+					"app.kubernetes.io/part-of":                  "nebulactrl",
+					"pod-security.kubernetes.io/enforce":         "privileged",
+					"pod-security.kubernetes.io/enforce-version": "latest",
+					"pod-security.kubernetes.io/warn":            "restricted",
+					"pod-security.kubernetes.io/audit":           "restricted",
+				}, o.Labels, "the builder's Unconfined seccomp and AppArmor need privileged; the rest is still warned about")
+				require.NotContains(t, o.Labels, install.ManagedByLabel, "not an environment's namespace: the agent neither changes it nor binds its workload role there")
+			}
+		case *rbacv1.Role:
+			if o.Namespace == install.BuildNamespace {
+				buildRole = o
+			} else {
+				require.Equal(t, install.AgentNamespace, o.Namespace)
+			}
+		case *rbacv1.RoleBinding:
+			if o.Namespace == install.BuildNamespace {
+				buildBinding = o
+			}
+		case *rbacv1.ClusterRole:
+			for _, r := range o.Rules {
+				require.NotContains(t, r.APIGroups, "batch", "no Jobs cluster wide")
+				require.NotContains(t, r.Resources, "jobs")
+			}
+		case *corev1.PersistentVolumeClaim:
+			claim = o
+		case *appsv1.Deployment:
+			deployment = o
+		case *corev1.Service:
+			service = o
+		case *admissionv1.ValidatingAdmissionPolicy:
+			if o.Name == install.AgentName+"-builds" {
+				buildPolicy = o
+			}
+		case *admissionv1.ValidatingAdmissionPolicyBinding:
+			if o.Name == install.AgentName+"-builds" {
+				buildPolicyBinding = o
+			}
+		}
+	}
+
+	require.NotNil(t, buildRole, "a Role in the build namespace")
+	require.Equal(t, install.BuildRole, buildRole.Name)
+	require.Equal(t, []rbacv1.PolicyRule{
+		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "delete", "get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "delete", "get", "list"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}},
+	}, buildRole.Rules, "exactly these rights, no more")
+	require.NotNil(t, buildBinding)
+	require.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: install.BuildRole}, buildBinding.RoleRef)
+	require.Equal(t, []rbacv1.Subject{agentSA}, buildBinding.Subjects)
+
+	require.NotNil(t, buildPolicy, "a policy on the agent's build Jobs")
+	require.Equal(t, admissionv1.Fail, *buildPolicy.Spec.FailurePolicy)
+	require.Equal(t, "request.userInfo.username == 'system:serviceaccount:nebula-system:nebulactrl-agent'", buildPolicy.Spec.MatchConditions[0].Expression)
+	require.Equal(t, []string{"jobs"}, buildPolicy.Spec.MatchConstraints.ResourceRules[0].Resources)
+	require.NotNil(t, buildPolicyBinding)
+	require.Equal(t, buildPolicy.Name, buildPolicyBinding.Spec.PolicyName)
+	require.Equal(t, []admissionv1.ValidationAction{admissionv1.Deny}, buildPolicyBinding.Spec.ValidationActions)
+
+	require.NotNil(t, claim)
+	require.Equal(t, install.RegistryName, claim.Name)
+	require.Equal(t, install.AgentNamespace, claim.Namespace)
+	require.Equal(t, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, claim.Spec.AccessModes)
+	require.Equal(t, "10Gi", claim.Spec.Resources.Requests.Storage().String())
+	require.Nil(t, claim.Spec.StorageClassName, "the cluster's default StorageClass (K3s: local-path) provisions it")
+
+	require.NotNil(t, deployment)
+	require.Equal(t, install.RegistryName, deployment.Name)
+	require.Equal(t, install.AgentNamespace, deployment.Namespace)
+	require.EqualValues(t, 1, *deployment.Spec.Replicas)
+	require.Equal(t, appsv1.RecreateDeploymentStrategyType, deployment.Spec.Strategy.Type, "one writer on the volume")
+	pod := deployment.Spec.Template
+	require.Len(t, pod.Spec.Containers, 1)
+	registry := pod.Spec.Containers[0]
+	require.Equal(t, install.RegistryImage, registry.Image)
+	env := map[string]string{}
+	for _, e := range registry.Env {
+		env[e.Name] = e.Value
+	}
+	require.Equal(t, "true", env["REGISTRY_STORAGE_DELETE_ENABLED"])
+	require.Equal(t, ":5000", env["REGISTRY_HTTP_ADDR"])
+	require.Equal(t, []corev1.ContainerPort{{Name: "registry", ContainerPort: 5000, Protocol: ""}}, registry.Ports)
+	var data *corev1.Volume
+	for i, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			data = &pod.Spec.Volumes[i]
+		}
+	}
+	require.NotNil(t, data)
+	require.Equal(t, install.RegistryName, data.PersistentVolumeClaim.ClaimName)
+
+	require.NotNil(t, service)
+	require.Equal(t, install.RegistryName, service.Name, "the push address names it")
+	require.Equal(t, install.AgentNamespace, service.Namespace)
+	require.Equal(t, corev1.ServiceTypeNodePort, service.Spec.Type)
+	require.Len(t, service.Spec.Ports, 1)
+	require.EqualValues(t, 5000, service.Spec.Ports[0].Port)
+	require.EqualValues(t, install.RegistryNodePort, service.Spec.Ports[0].NodePort)
+	require.Equal(t, "registry", service.Spec.Ports[0].TargetPort.String())
+	for k, v := range service.Spec.Selector {
+		require.Equal(t, v, pod.Labels[k], "the Service selects the registry's pod")
+	}
+	require.Equal(t, deployment.Spec.Selector.MatchLabels, service.Spec.Selector)
+
+	// A host agent has no cluster registry: its unit is as it was.
+	unit, _, err := install.SystemdUnit(install.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_abc_def"})
+	require.NoError(t, err)
+	require.NotContains(t, unit, "registry")
+	require.NotContains(t, unit, "build")
+}
+
+func TestRegistryOptions(t *testing.T) {
+	t.Parallel()
+	o := install.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_abc_def", Image: "ghcr.io/nebulactrl/nebulactrl-agent:1.5.0",
+		RegistryImage: "registry.example.com/mirror/registry:2.8.3", RegistrySize: "50Gi", RegistryStorageClass: "fast-ssd"}
+	m, err := install.Manifest(o)
+	require.NoError(t, err)
+	for _, obj := range decode(t, m) {
+		switch o := obj.(type) {
+		case *corev1.PersistentVolumeClaim:
+			require.Equal(t, "50Gi", o.Spec.Resources.Requests.Storage().String())
+			require.Equal(t, "fast-ssd", *o.Spec.StorageClassName)
+		case *appsv1.Deployment:
+			require.Equal(t, "registry.example.com/mirror/registry:2.8.3", o.Spec.Template.Spec.Containers[0].Image)
+		}
+	}
+	require.Contains(t, m, "here of StorageClass fast-ssd.")
+
+	for _, tc := range []struct {
+		change func(*install.Options)
+		want   string
+	}{
+		{func(o *install.Options) { o.RegistryImage = "docker.io/library/registry:latest" }, "registry: image"},
+		{func(o *install.Options) { o.RegistryImage = "registry" }, "registry: image"},
+		{func(o *install.Options) { o.RegistrySize = "lots" }, "not a storage size"},
+		{func(o *install.Options) { o.RegistrySize = "0Gi" }, "not a storage size"},
+		{func(o *install.Options) { o.RegistrySize = "10Gi\nkind: x" }, "not a storage size"},
+		{func(o *install.Options) { o.RegistryStorageClass = "Fast SSD" }, "not a StorageClass name"},
+	} {
+		bad := o
+		tc.change(&bad)
+		_, err := install.Manifest(bad)
+		require.ErrorContains(t, err, tc.want)
+	}
+	// A host unit has no registry to check.
+	bad := o
+	bad.RegistrySize = "lots"
+	_, _, err = install.SystemdUnit(bad)
+	require.NoError(t, err)
 }

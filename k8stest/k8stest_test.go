@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -383,4 +384,104 @@ func (r *errorRecorder) errors() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.msgs...)
+}
+
+// Pods of a build Job (label BuildIDLabel) end BuildDelay after they are
+// scheduled: Succeeded with the build container's termination message naming
+// BuildDigest and the pod's commit, or, labelled BuildFailLabel=true, Failed
+// with exit code 3; their Jobs complete or fail. A Job's pod without the
+// label still runs and completes through kwok's fast Stages.
+func TestBuildPodsEndWithTheBuildersMessage(t *testing.T) {
+	c := k8stest.Shared(t)
+	cs := c.Client(t)
+	ns := c.Namespace(t)
+	ctx := t.Context()
+	commit := "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+	job := func(name string, labels map[string]string) {
+		t.Helper()
+		zero := int32(0)
+		_, err := cs.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: batchv1.JobSpec{
+				BackoffLimit: &zero,
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{k8stest.BuildCommitAnnotation: commit}},
+					Spec: corev1.PodSpec{
+						RestartPolicy:  corev1.RestartPolicyNever,
+						InitContainers: []corev1.Container{{Name: "clone", Image: "alpine/git:2.47.2"}},
+						Containers:     []corev1.Container{{Name: k8stest.BuildContainer, Image: "moby/buildkit:v0.25.0-rootless"}},
+					},
+				},
+			},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	created := time.Now()
+	job("ok", map[string]string{k8stest.BuildIDLabel: "b-ok"})
+	job("fails", map[string]string{k8stest.BuildIDLabel: "b-fail", k8stest.BuildFailLabel: "true"})
+	job("plain", nil)
+
+	// ended returns the Job's pod once it is Succeeded or Failed, failing
+	// the test if it was ever Running, which would mean kwok's fast Stages
+	// took it.
+	ended := func(jobName string) *corev1.Pod {
+		t.Helper()
+		var pod *corev1.Pod
+		for deadline := time.Now().Add(30 * time.Second); pod == nil; time.Sleep(50 * time.Millisecond) {
+			require.True(t, time.Now().Before(deadline), "the pod of Job %s ends within 30 s", jobName)
+			pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + jobName})
+			require.NoError(t, err)
+			for i, p := range pods.Items {
+				require.NotEqual(t, corev1.PodRunning, p.Status.Phase, "a build pod never gets the fast Stages")
+				if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+					pod = &pods.Items[i]
+				}
+			}
+		}
+		return pod
+	}
+	terminated := func(p *corev1.Pod) *corev1.ContainerStateTerminated {
+		t.Helper()
+		require.Len(t, p.Status.ContainerStatuses, 1)
+		require.Equal(t, k8stest.BuildContainer, p.Status.ContainerStatuses[0].Name)
+		term := p.Status.ContainerStatuses[0].State.Terminated
+		require.NotNil(t, term, "the build container is terminated")
+		return term
+	}
+
+	ok := ended("ok")
+	require.GreaterOrEqual(t, time.Since(created), k8stest.BuildDelay, "a build takes its time")
+	require.Equal(t, corev1.PodSucceeded, ok.Status.Phase)
+	term := terminated(ok)
+	require.EqualValues(t, 0, term.ExitCode)
+	require.Equal(t, `{"digest":"`+k8stest.BuildDigest+`","commit":"`+commit+`"}`, term.Message)
+	require.Equal(t, k8stest.BuildSucceededMessage(commit), term.Message)
+	require.Len(t, ok.Status.InitContainerStatuses, 1)
+	require.EqualValues(t, 0, ok.Status.InitContainerStatuses[0].State.Terminated.ExitCode, "the clone completed")
+	require.NotNil(t, ok.Status.StartTime)
+
+	failed := ended("fails")
+	require.Equal(t, corev1.PodFailed, failed.Status.Phase)
+	term = terminated(failed)
+	require.EqualValues(t, k8stest.BuildFailExitCode, term.ExitCode)
+	require.Equal(t, `{"exitCode":3,"reason":"process \"/bin/sh -c exit 3\" did not complete successfully: exit code: 3"}`, term.Message)
+	require.Equal(t, k8stest.BuildFailMessage, term.Message)
+
+	// The Jobs see what their pods did.
+	jobDone := func(name string, want batchv1.JobConditionType) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			j, err := cs.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
+			require.NoError(t, err)
+			for _, cond := range j.Status.Conditions {
+				if cond.Type == want && cond.Status == corev1.ConditionTrue {
+					return true
+				}
+			}
+			return false
+		}, 30*time.Second, 100*time.Millisecond, "Job %s is %s", name, want)
+	}
+	jobDone("ok", batchv1.JobComplete)
+	jobDone("fails", batchv1.JobFailed)
+	jobDone("plain", batchv1.JobComplete)
 }

@@ -63,7 +63,7 @@ type HubConfig struct {
 	OnBuildReport func(ctx context.Context, p Peer, r BuildReport)
 	OnBuildLogs   func(ctx context.Context, p Peer, l BuildLogs)
 	OnDisconnect  func(ctx context.Context, p Peer, reason string)
-	Logger          *slog.Logger
+	Logger        *slog.Logger
 	// ReadTimeout closes a connection that sent nothing (not even a pong) for
 	// this long (default 3 heartbeats).
 	ReadTimeout time.Duration

@@ -375,7 +375,10 @@ Example:
 					return err
 				}
 				var ds []query.Delivery
-				return x.read(&ds, func(ctx context.Context) (err error) { ds, err = cl.Deliveries(ctx, a.Org, a.Project, x.Int("limit")); return }, func() error {
+				return x.read(&ds, func(ctx context.Context) (err error) {
+					ds, err = cl.Deliveries(ctx, a.Org, a.Project, x.Int("limit"))
+					return
+				}, func() error {
 					var rows [][]string
 					for _, d := range ds {
 						rows = append(rows, []string{when(d.ReceivedAt), d.Provider, d.Event, cell(d.Ref), cell(short(d.Commit)), d.Outcome, cell(d.Reason)})

@@ -155,7 +155,7 @@ Example:
 ` + exitCodesHelp,
 		flags: append([]cli.Flag{&cli.StringFlag{Name: "image", Usage: "the image to deploy (default: the service's image)"},
 			&cli.StringFlag{Name: "commit", Usage: "a Git service: build and deploy this commit (the full id) instead of the tracked branch's head"}}, waitFlags()...),
-		json:  true, nargs: 1,
+		json: true, nargs: 1,
 		run: func(x *cmdCtx) error {
 			a, cl, err := x.addressClient(0, shapeTarget)
 			if err != nil {
