@@ -62,6 +62,8 @@ var resourceStreams = map[string]func(c *call) string{
 	"GET " + targetPath + "/domains/{host}":          projectStream,
 	"DELETE " + targetPath + "/domains/{host}":       projectStream,
 	"PUT " + targetPath + "/replicas":                projectStream,
+	"GET " + targetPath + "/tracking":                projectStream,
+	"PUT " + targetPath + "/tracking":                projectStream,
 	"GET " + envPath + "/changesets/{changeset}":     projectStream,
 }
 
@@ -407,7 +409,7 @@ func errorStatuses(rt route) []int {
 	// A malformed query string (every route) or body, a bad ?limit/?cursor.
 	out := []int{http.StatusBadRequest}
 	// No token, a bad one; or, signing in, a wrong password.
-	if !rt.public || signsIn(rt) {
+	if !rt.public || signsIn(rt) || rt.signed {
 		out = append(out, http.StatusUnauthorized)
 	}
 	// The scope, a role in the organisation, or a command the domain
@@ -433,6 +435,9 @@ func errorStatuses(rt route) []int {
 	}
 	if rt.request != nil {
 		out = append(out, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType)
+	}
+	if rt.signed {
+		out = append(out, http.StatusRequestEntityTooLarge)
 	}
 	// Path segments and query values are checked on every route (see the
 	// input rules); bodies are validated field by field.

@@ -20,6 +20,7 @@ var paramDocs = map[string]string{
 	"org": "organisation name", "project": "project name", "env": "environment name", "service": "service name",
 	"cluster": "cluster name", "user": "user id", "token": "token id", "name": "variable name", "host": "host name",
 	"changeset": "change set id", "server": "server id", "deployment": "deployment id, or latest for the newest",
+	"build": "build id", "hook": "the project's id (the webhook URL names it)",
 }
 
 // OpenAPI builds the OpenAPI 3 document from the route table, so that every
@@ -80,6 +81,10 @@ func (a *API) OpenAPI() (*openapi3.T, error) {
 		if rt.creating && !rt.public {
 			op.AddParameter(openapi3.NewHeaderParameter("Idempotency-Key").WithSchema(openapi3.NewStringSchema()).
 				WithDescription("a retried request with the same key and body gets the first response; another body gets 422"))
+		}
+		if rt.signed {
+			op.RequestBody = &openapi3.RequestBodyRef{Value: openapi3.NewRequestBody().WithRequired(true).
+				WithDescription("the forge's JSON payload, as it signed it").WithJSONSchema(openapi3.NewObjectSchema())}
 		}
 		if rt.request != nil {
 			ref, err := schema(rt.request)

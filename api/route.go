@@ -23,6 +23,10 @@ type route struct {
 	tag          string
 	// public routes need no token (setup, login).
 	public bool
+	// signed routes read their body themselves, raw, and verify its
+	// signature (a forge's webhook): no token, but 401 for a bad signature
+	// and 413 for a body over their own limit.
+	signed bool
 	// scope is checked for every caller; with {org} in the path it is checked
 	// against the caller's role there.
 	scope domain.Scope

@@ -191,7 +191,7 @@ func (a *API) routeTable() []route {
 			status: ok, handle: a.environmentEvents, events: []streamEvent{
 				{"audit", "id: the audit log entry's seq (resume with Last-Event-ID; without it the stream starts with what happens next)", EnvironmentEvent{}},
 			}},
-		{method: "POST", path: HookPath + "{hook}", tag: "builds", public: true,
+		{method: "POST", path: HookPath + "{hook}", tag: "builds", public: true, signed: true,
 			summary:  "A forge's push webhook (GitHub, GitLab, Gitea, Forgejo, Bitbucket Cloud), signed with the project's secret over the raw body (401 unsigned or bad_signature; 400 not a JSON payload of the event; 413 over 1 MiB); a redelivery is a no-op",
 			response: HookResponse{}, status: ok, handle: a.receiveHook},
 		{method: "GET", path: projectPath + "/webhook", tag: "builds", summary: "The project's push webhook: its URL and whether a secret is set (never the secret)", scope: read,

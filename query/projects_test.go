@@ -2,6 +2,7 @@ package query_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -86,7 +87,7 @@ func TestProjectsEnvironmentsServices(t *testing.T) {
 	require.Len(t, services, 2)
 	require.Equal(t, api, services[0].ID)
 	require.Equal(t, shop, services[0].ProjectID)
-	require.Equal(t, domain.Source{Image: "registry.example.com/api:1"}, services[0].Source)
+	require.Equal(t, domain.Source{Image: "registry.example.com/api:1"}, services[0].Source.Domain())
 	require.Equal(t, []domain.Process{
 		{Name: "web", Port: 8080, Replicas: 2, HealthCheck: &domain.HealthCheck{Path: "/healthz", Port: 8080}},
 		{Name: "worker", Command: []string{"./work"}, Replicas: 1},
@@ -94,7 +95,7 @@ func TestProjectsEnvironmentsServices(t *testing.T) {
 	require.True(t, services[0].CreatedAt.Equal(at(10)))
 	require.True(t, services[0].UpdatedAt.Equal(at(12)))
 	require.Equal(t, web, services[1].ID)
-	require.Equal(t, domain.Source{GitURL: "https://git.example.com/shop.git", GitBranch: "main"}, services[1].Source)
+	require.Equal(t, domain.Source{GitURL: "https://git.example.com/shop.git", GitBranch: "main"}, services[1].Source.Domain())
 	require.Equal(t, []domain.Process{}, services[1].Processes)
 
 	s, err := query.ServiceByName(ctx, d.pool, shop, "frontend")
@@ -265,4 +266,25 @@ func envIDByName(t *testing.T, d db, projectID, name string) string {
 	e, err := query.EnvironmentByName(context.Background(), d.pool, projectID, name)
 	require.NoError(t, err)
 	return e.ID
+}
+
+// A Git source's credential is stored sealed and read back for delivery to
+// builds; what the API returns names its kind and user only.
+func TestServiceCredentialIsNeverReturned(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	ctx := context.Background()
+	acme := d.org("acme", 1)
+	shop := d.project(acme, "shop", 2, false)
+	id := d.service(acme, shop, "app", `{"gitUrl":"https://git.example.com/app.git","gitBranch":"main",
+		"credential":{"kind":"token","username":"ci","sealed":{"dataKeyId":"k1","ciphertext":"c2VjcmV0LXNlYWxlZA=="}}}`, `[]`, 10, false)
+	s, err := query.ServiceByName(ctx, d.pool, shop, "app")
+	require.NoError(t, err)
+	require.Equal(t, &query.CredentialInfo{Kind: "token", Username: "ci"}, s.Source.Credential)
+	require.Equal(t, "k1", s.Source.Sealed().Sealed.DataKeyID, "the sealed form is there for the builds' delivery")
+	raw, err := json.Marshal(s)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), "c2VjcmV0LXNlYWxlZA", "the sealed value is never in the API's JSON")
+	require.NotContains(t, string(raw), "dataKeyId")
+	require.Equal(t, id, s.ID)
 }

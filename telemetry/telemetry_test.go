@@ -59,7 +59,7 @@ func TestLogsAreKeptSevenDaysInDailyPartitions(t *testing.T) {
 	clk.set(clk.now().Add(24 * time.Hour))
 	n, err = s.DropExpired(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, n, "the day older than seven days is dropped")
+	require.Equal(t, 2, n, "the day older than seven days is dropped, of container and of build logs")
 	lines, err = s.Logs(ctx, envID, "api", 0, 100)
 	require.NoError(t, err)
 	require.Empty(t, lines)
