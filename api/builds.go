@@ -193,6 +193,9 @@ func (a *API) receiveHook(w http.ResponseWriter, r *http.Request, c *call) (int,
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := a.settle(ctx, res); err != nil {
+		return 0, nil, err
+	}
 	if len(res.Events) == 0 {
 		return http.StatusOK, HookResponse{Outcome: "duplicate", Reason: "this delivery was received before", DeliveryID: id}, nil
 	}
