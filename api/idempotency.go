@@ -176,8 +176,9 @@ type issuedCredential struct {
 }
 
 const (
-	kindAPIToken  = "API token"
-	kindJoinToken = "join token"
+	kindAPIToken      = "API token"
+	kindJoinToken     = "join token"
+	kindWebhookSecret = "webhook secret"
 )
 
 // secretCarrier is a response that shows the secret of credentials. Every
@@ -218,6 +219,12 @@ func (s SessionResponse) issuedCredentials() []issuedCredential { return apiToke
 
 func (t CreatedJoinToken) issuedCredentials() []issuedCredential {
 	return []issuedCredential{{Kind: kindJoinToken, ID: t.ID, ClusterID: t.ClusterID}}
+}
+
+// A webhook secret is shown by the rotation that made it, never again: a
+// replay of it (the route takes no Idempotency-Key) would find it not valid.
+func (s WebhookSecret) issuedCredentials() []issuedCredential {
+	return []issuedCredential{{Kind: kindWebhookSecret, ID: s.URL}}
 }
 
 func (c ClusterResponse) issuedCredentials() []issuedCredential {
