@@ -24,7 +24,7 @@ import (
 func gitFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "dockerfile", Usage: "the Dockerfile's path in the repository (default Dockerfile)"},
-		&cli.StringFlag{Name: "context", Usage: "the build context directory in the repository (default: its root)"},
+		&cli.StringFlag{Name: "build-context", Usage: "the build context directory in the repository (default: its root)"},
 		&cli.BoolFlag{Name: "git-token-stdin", Usage: "read an HTTPS token that reads the repository from one line of stdin (sealed; never shown again)"},
 		&cli.StringFlag{Name: "git-user", Usage: "the user name that goes with the token (default: the forge's own, such as x-access-token)"},
 		&cli.StringFlag{Name: "git-ssh-key", Usage: "a file with an SSH deploy key (PEM) that reads the repository (sealed; never shown again)"},
@@ -34,7 +34,7 @@ func gitFlags() []cli.Flag {
 
 // applyGitFlags puts the Git flags into the request.
 func (x *cmdCtx) applyGitFlags(req *api.ServiceRequest) error {
-	req.Dockerfile, req.Context, req.GitUsername = x.String("dockerfile"), x.String("context"), x.String("git-user")
+	req.Dockerfile, req.Context, req.GitUsername = x.String("dockerfile"), x.String("build-context"), x.String("git-user")
 	req.GitCredentialNone = x.Bool("no-git-credential")
 	if x.Bool("git-token-stdin") {
 		if x.String("git-ssh-key") != "" {
