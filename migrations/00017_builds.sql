@@ -99,5 +99,9 @@ CREATE TABLE build_log_lines (
 CREATE INDEX build_log_lines_build ON build_log_lines (build_id, id);
 CREATE TABLE build_log_lines_default PARTITION OF build_log_lines DEFAULT;
 
+-- An automatic deploy that waits for paused deploys to be resumed.
+ALTER TABLE deploy_pauses ADD COLUMN waiting_image text NOT NULL DEFAULT '', ADD COLUMN waiting_build text NOT NULL DEFAULT '';
+
 -- +goose Down
+ALTER TABLE deploy_pauses DROP COLUMN waiting_image, DROP COLUMN waiting_build;
 DROP TABLE build_log_lines, build_queue, project_webhooks, service_tracking, webhook_deliveries, builds;

@@ -42,7 +42,8 @@ func newHistory() *history {
 		stages: newInsertOnlyTable("deployment_stages", 2, "deployment_id uuid", "seq integer", "org_id uuid", "stage text",
 			"ready integer", "desired integer", "detail text", "at timestamptz", "actor text"),
 		current: newTable("current_releases", 2, "environment_id uuid", "service_id uuid", "org_id uuid", "release_id uuid", "deployment_id uuid"),
-		pauses:  newTable("deploy_pauses", 2, "environment_id uuid", "service_id uuid", "org_id uuid", "paused_at timestamptz", "paused_by text", "reason text"),
+		pauses:  newTable("deploy_pauses", 2, "environment_id uuid", "service_id uuid", "org_id uuid", "paused_at timestamptz", "paused_by text", "reason text",
+			"waiting_image text", "waiting_build text"),
 		changesets: newTable("changesets", 1, "id uuid", "org_id uuid", "project_id uuid", "environment_id uuid", "status text",
 			"description text", "changes jsonb", "opened_by text", "opened_at timestamptz", "decided_by text", "decided_at timestamptz", "version integer"),
 		variables: newVersioned(releaseVariablesTable, []string{"environment_id uuid", "service_id uuid"}, "name",
@@ -83,6 +84,10 @@ func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error
 			h.deployments.upsert(d.DeploymentID, org, streamID, d.EnvironmentID, d.ServiceID, d.ReleaseID, string(domain.StatusRequested), "",
 				at, at, actorLabel(e.Actor), e.Position, d.Rollback, 0, 0, 0, "", nil, nil, nil)
 			h.current.upsert(d.EnvironmentID, d.ServiceID, org, d.ReleaseID, d.DeploymentID)
+			// A deployment replaces the automatic deploy that waited.
+			h.pauses.update([]any{d.EnvironmentID, d.ServiceID}, map[string]any{"waiting_image": "", "waiting_build": ""})
+		case domain.DeployWaiting:
+			h.pauses.update([]any{d.EnvironmentID, d.ServiceID}, map[string]any{"waiting_image": d.Image, "waiting_build": d.BuildID})
 		case domain.DeploymentDelivering:
 			h.deployments.update([]any{d.DeploymentID}, map[string]any{"status": string(domain.StatusDelivering), "revision": d.Revision, "updated_at": at})
 			stage(d.DeploymentID, domain.StatusDelivering, 0, 0, "")
@@ -115,7 +120,7 @@ func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error
 		case domain.DeploymentStallCleared:
 			h.deployments.update([]any{d.DeploymentID}, map[string]any{"stalled_since": nil})
 		case domain.DeploymentsPaused:
-			h.pauses.upsert(d.EnvironmentID, d.ServiceID, org, at, actorLabel(e.Actor), d.Reason)
+			h.pauses.upsert(d.EnvironmentID, d.ServiceID, org, at, actorLabel(e.Actor), d.Reason, "", "")
 		case domain.DeploymentsResumed:
 			h.pauses.delete(d.EnvironmentID, d.ServiceID)
 		case domain.ChangeSetOpened:

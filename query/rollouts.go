@@ -54,6 +54,15 @@ type DeployPause struct {
 	Reason   string    `json:"reason"`
 	PausedBy string    `json:"pausedBy"`
 	PausedAt time.Time `json:"pausedAt"`
+	// Waiting is the automatic deploy (a build's image) that waits for
+	// the deploys to be resumed, which deploys it.
+	Waiting *WaitingDeploy `json:"waiting,omitempty"`
+}
+
+// WaitingDeploy is an automatic deploy that waits.
+type WaitingDeploy struct {
+	Image   string `json:"image"`
+	BuildID string `json:"buildId,omitempty"`
 }
 
 // DeployPauseOf returns the pause of a service's automatic deploys in an
@@ -64,9 +73,13 @@ func DeployPauseOf(ctx context.Context, q eventstore.Querier, envID, serviceID s
 	}
 	p, err := one(ctx, q, "deploy pause", func(row pgx.Row) (DeployPause, error) {
 		var p DeployPause
-		err := row.Scan(&p.Reason, &p.PausedBy, &p.PausedAt)
+		var w WaitingDeploy
+		err := row.Scan(&p.Reason, &p.PausedBy, &p.PausedAt, &w.Image, &w.BuildID)
+		if w.Image != "" {
+			p.Waiting = &w
+		}
 		return p, err
-	}, `SELECT reason, paused_by, paused_at FROM deploy_pauses WHERE environment_id = $1 AND service_id = $2`, envID, serviceID)
+	}, `SELECT reason, paused_by, paused_at, waiting_image, waiting_build FROM deploy_pauses WHERE environment_id = $1 AND service_id = $2`, envID, serviceID)
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}

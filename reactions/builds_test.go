@@ -147,6 +147,9 @@ func TestBuildTimeoutAndDeployOfASuccess(t *testing.T) {
 	var waits int
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM audit_log WHERE action = 'service.deploy.wait'`).Scan(&waits))
 	require.Equal(t, 1, waits, "the waiting deploy is visible")
+	var waiting string
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT waiting_image FROM deploy_pauses WHERE service_id = $1`, git).Scan(&waiting))
+	require.Equal(t, "localhost:30500/shop/web@sha256:"+strings.Repeat("3", 64), waiting, "the service's pause names what waits")
 	w.must(w.cmd.Project(w.ctx, w.people[0], w.org, w.proj1, domain.ResumeDeploys{EnvironmentID: w.env, ServiceID: git}))
 	w.settle()
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM deployments WHERE service_id = $1 AND environment_id = $2`, git, w.env).Scan(&deps))
