@@ -21,22 +21,19 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/nebulactrl/nebulactrl/agent"
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/install"
+	"github.com/nebulactrl/nebulactrl/install/installtest"
 	"github.com/nebulactrl/nebulactrl/k8stest"
 	"github.com/nebulactrl/nebulactrl/pgtest"
 	"github.com/nebulactrl/nebulactrl/servertest"
@@ -84,40 +81,7 @@ func pageItems(v any) any {
 // applyManifest creates the install manifest's objects, as kubectl apply would.
 func applyManifest(t *testing.T, cs kubernetes.Interface, manifest string) {
 	t.Helper()
-	ctx := context.Background()
-	for _, doc := range strings.Split(manifest, "\n---\n") {
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
-		require.NoError(t, err)
-		switch o := obj.(type) {
-		case *corev1.Namespace:
-			_, err = cs.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.ServiceAccount:
-			_, err = cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.Secret:
-			_, err = cs.CoreV1().Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRole:
-			_, err = cs.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRoleBinding:
-			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.Role:
-			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.RoleBinding:
-			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *appsv1.StatefulSet:
-			_, err = cs.AppsV1().StatefulSets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *policyv1.PodDisruptionBudget:
-			_, err = cs.PolicyV1().PodDisruptionBudgets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.ConfigMap:
-			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *admissionv1.ValidatingAdmissionPolicy:
-			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
-		case *admissionv1.ValidatingAdmissionPolicyBinding:
-			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("the manifest holds an unexpected %T", obj)
-		}
-		require.NoError(t, err)
-	}
+	installtest.Apply(t, cs, manifest, nil)
 }
 
 type runningAgent struct {
@@ -133,7 +97,7 @@ var agentBinding = &reconcile.Binding{ClusterRole: install.WorkloadRole, Namespa
 
 // startAgent runs an agent replica with the test's short timings (a 1 s
 // retire grace among them).
-func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string) *runningAgent {
+func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string, more ...func(*agent.Config)) *runningAgent {
 	t.Helper()
 	// The agent authenticates as the manifest's service account: its RBAC is
 	// what is exercised.
@@ -149,7 +113,7 @@ func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string) *
 		require.NoError(t, store.Save(ctx, reg.Credential))
 		cred = reg.Credential
 	}
-	a, err := agent.New(agent.Config{
+	cfg := agent.Config{
 		Link:     transport.ClientConfig{URL: url, Credential: cred, AllowPlain: true, MinBackoff: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Heartbeat: time.Second},
 		Client:   cs,
 		Version:  "1.0.0",
@@ -157,7 +121,11 @@ func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string) *
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		ReportEvery: time.Second, RetireGrace: time.Second,
 		Binding: agentBinding,
-	})
+	}
+	for _, f := range more {
+		f(&cfg)
+	}
+	a, err := agent.New(cfg)
 	require.NoError(t, err)
 	ra := &runningAgent{name: name, a: a, cancel: cancel, done: make(chan error, 1)}
 	go func() { ra.done <- a.Run(ctx) }()
