@@ -217,4 +217,3 @@ func envID(t *testing.T, rc *client.Client, name string) string {
 	require.NoError(t, err)
 	return e.ID
 }
-
