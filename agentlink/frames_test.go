@@ -93,6 +93,10 @@ func TestBadAgentFramesAreRefusedAndStoreNothing(t *testing.T) {
 		{"log line over 64 KiB", fmt.Sprintf(`{"type":"logs","payload":{"environmentId":%q,"service":"api","release":1,"pod":"p","container":"c","lines":[{"time":%s,"text":%q}]}}`, e, now, strings.Repeat("x", 65<<10)), "lines.text", false},
 		{"stage detail with NUL", fmt.Sprintf(`{"type":"stage","payload":{"environmentId":%q,"deploymentId":"00000000-0000-4000-8000-000000000001","service":"api","release":1,"stage":"probing","ready":0,"desired":1,"detail":"x\u0000","time":%s}}`, e, now), "detail", false},
 		{"ack reason with NUL", fmt.Sprintf(`{"type":"ack","payload":{"environmentId":%q,"revision":1,"hash":"h","services":[{"service":"api","state":"failed","reason":"r\u0000"}]}}`, e), "services.reason", false},
+		{"build report reason with NUL", fmt.Sprintf(`{"type":"build_report","payload":{"buildId":"00000000-0000-4000-8000-000000000002","state":"failed","exitCode":3,"reason":"r\u0000","time":%s}}`, now), "reason", false},
+		{"build report with 51 tail lines", fmt.Sprintf(`{"type":"build_report","payload":{"buildId":"b","state":"failed","logTail":[%s],"time":%s}}`, strings.TrimSuffix(strings.Repeat(`"x",`, 51), ","), now), "logTail", false},
+		{"build log line with NUL", fmt.Sprintf(`{"type":"build_logs","payload":{"buildId":"b","container":"build","lines":[{"time":%s,"text":"a\u0000"}]}}`, now), "lines.text", false},
+		{"build report negative exit code", fmt.Sprintf(`{"type":"build_report","payload":{"buildId":"b","state":"failed","exitCode":-1,"time":%s}}`, now), "exitCode", false},
 		{"negative release", fmt.Sprintf(`{"type":"logs","payload":{"environmentId":%q,"service":"api","release":-1,"pod":"p","container":"c","lines":[]}}`, e), "release", false},
 	}
 	for _, f := range frames {
@@ -120,7 +124,7 @@ func TestBadAgentFramesAreRefusedAndStoreNothing(t *testing.T) {
 		}
 	}
 	// Nothing of any bad frame was stored.
-	for _, table := range []string{"node_status", "workload_status", "cluster_events", "log_lines", "deployment_stages", "revision_acks"} {
+	for _, table := range []string{"node_status", "workload_status", "cluster_events", "log_lines", "deployment_stages", "revision_acks", "build_log_lines"} {
 		var n int
 		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n))
 		require.Zero(t, n, "%s holds rows of refused frames", table)

@@ -508,6 +508,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"type":"stage","payload":{"environmentId":"e","deploymentId":"d","service":"api","release":2,"stage":"probing","ready":1,"desired":2,"detail":"x\u0000","time":"2026-11-30T00:00:00Z"}}`))
 	f.Add([]byte(`{"type":"status","payload":{"nodes":[{"name":"n","ready":true,"cpu":"1","memory":"1Gi","kubeletVersion":"v1"}],"workloads":[],"events":[]}}`))
 	f.Add([]byte(`{"type":"logs","payload":{"environmentId":"e","service":"api","release":1,"pod":"p","container":"c","lines":[{"time":"2026-11-30T00:00:00Z","text":"\xff"}]}}`))
+	f.Add([]byte(`{"type":"build_report","payload":{"buildId":"b","state":"failed","exitCode":3,"reason":"exit code: 3\u0000","logTail":["a","\ud800"],"time":"2026-11-30T00:00:00Z"}}`))
+	f.Add([]byte(`{"type":"build_logs","payload":{"buildId":"b","container":"build","lines":[{"time":"2026-11-30T00:00:00Z","stream":"stdout","text":"#5 CACHED"}]}}`))
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		env, err := transport.Decode(frame)
 		if err != nil {
@@ -529,6 +531,10 @@ func FuzzDecode(f *testing.F) {
 			v = &transport.Logs{}
 		case transport.TypeAgentUpgradeResult:
 			v = &transport.AgentUpgradeResult{}
+		case transport.TypeBuildReport:
+			v = &transport.BuildReport{}
+		case transport.TypeBuildLogs:
+			v = &transport.BuildLogs{}
 		default:
 			return
 		}
