@@ -512,7 +512,7 @@ more than the token in use). Its secret is printed once.
 
 Scopes: projects:read, projects:write, deployments:write, approvals:write,
 servers:read, servers:write, audit:read, members:write, tokens:write,
-instance:admin.
+builds:read, builds:write, instance:admin.
 
 Example:
    nebula token create ci --scope projects:read --scope deployments:write --expires-in-days 90`,
