@@ -7,6 +7,7 @@
 # against them.
 #
 #   ${NEBULACTRL_BUILDKIT_DIR:-$HOME/.cache/nebulactrl/buildkit-v0.34.2}/bin/{buildkitd,buildctl}
+#   and buildctl-daemonless.sh, the module's wrapper the rootless image runs
 #
 # `go install github.com/moby/buildkit/cmd/buildkitd@v0.34.2` fails: buildkit's
 # go.mod has exclude directives, which Go refuses in a module that is not the
@@ -51,7 +52,8 @@ command -v git >/dev/null 2>&1 || missing+=(git)
 command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
 if [ "${#missing[@]}" -gt 0 ]; then apt_install "${missing[@]}"; fi
 
-if [ -x "$bin/buildkitd" ] && [ -x "$bin/buildctl" ] && "$bin/buildctl" --version 2>/dev/null | grep -q " $version "; then
+if [ -x "$bin/buildkitd" ] && [ -x "$bin/buildctl" ] && [ -x "$bin/buildctl-daemonless.sh" ] &&
+  "$bin/buildctl" --version 2>/dev/null | grep -q " $version "; then
   echo "$cache"
   exit 0
 fi
@@ -72,8 +74,13 @@ fi
 cp -r "$dir" "$work/buildkit"
 chmod -R u+w "$work/buildkit"
 
+# The wrapper the rootless image runs the build with; the test runs the
+# build script through it too, as root.
+install -m 0755 "$work/buildkit/examples/buildctl-daemonless/buildctl-daemonless.sh" "$bin/buildctl-daemonless.sh"
+
 ldflags="-s -w -X $module/version.Version=$version -X $module/version.Revision=module -X $module/version.Package=$module"
 for cmd in buildkitd buildctl; do
+  if [ -x "$bin/$cmd" ] && "$bin/buildctl" --version 2>/dev/null | grep -q " $version "; then continue; fi
   if [ "$cmd" = buildkitd ]; then echo "building buildkitd (about 6 minutes on 2 cores) ..." >&2; else echo "building $cmd ..." >&2; fi
   (cd "$work/buildkit" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd.tmp" "./cmd/$cmd") ||
     die "building $cmd from $module@$version failed (see above)"

@@ -49,6 +49,16 @@ type podRun struct {
 // fresh pod.
 func runPod(t *testing.T, ctx context.Context, s transport.BuildSpec, cfg build.Config, bin string, bk *buildkitd) podRun {
 	t.Helper()
+	return runPodWith(t, ctx, s, cfg, bin, bk, nil)
+}
+
+// daemonless runs the build container as the pod does, through
+// buildctl-daemonless.sh, which starts a buildkitd of its own, but as root
+// (there is no rootlesskit here) with the given BUILDKITD_FLAGS.
+type daemonless struct{ flags string }
+
+func runPodWith(t *testing.T, ctx context.Context, s transport.BuildSpec, cfg build.Config, bin string, bk *buildkitd, dl *daemonless) podRun {
+	t.Helper()
 	job, secret := build.Job(s, cfg)
 	pod := job.Spec.Template.Spec
 	require.Len(t, pod.InitContainers, 1)
@@ -60,20 +70,26 @@ func runPod(t *testing.T, ctx context.Context, s transport.BuildSpec, cfg build.
 	cloneDir, buildDir := ownedDir(t, dir, "clone", cloneUID), ownedDir(t, dir, "build", builderUID)
 	var r podRun
 	began := time.Now()
-	r.cloneOut, r.cloneCode = runContainer(t, ctx, clone, secret, bin, map[string]string{
+	r.cloneOut, r.cloneCode = runContainer(t, ctx, clone, secret, bin, false, map[string]string{
 		"WORKSPACE": ws, "HOME": filepath.Join(cloneDir, "home"), "TERMINATION_LOG": filepath.Join(cloneDir, "termination-log"),
 	})
 	r.cloneHome = filepath.Join(cloneDir, "home")
 	r.clone = readTermination(t, filepath.Join(cloneDir, "termination-log"))
 	t.Logf("clone: exit %d in %v", r.cloneCode, time.Since(began).Round(time.Millisecond))
-	if r.cloneCode != 0 || bk == nil {
+	if r.cloneCode != 0 || bk == nil && dl == nil {
 		return r
 	}
 	began = time.Now()
-	r.buildOut, r.buildCode = runContainer(t, ctx, builder, secret, bin, map[string]string{
+	overrides := map[string]string{
 		"WORKSPACE": ws, "HOME": ownedDir(t, buildDir, "home", builderUID), "TMPDIR": ownedDir(t, buildDir, "tmp", builderUID),
-		"TERMINATION_LOG": filepath.Join(buildDir, "termination-log"), "BUILDKIT_HOST": bk.addr,
-	})
+		"TERMINATION_LOG": filepath.Join(buildDir, "termination-log"),
+	}
+	if dl != nil {
+		overrides["BUILDKITD_FLAGS"] = dl.flags
+	} else {
+		overrides["BUILDKIT_HOST"] = bk.addr
+	}
+	r.buildOut, r.buildCode = runContainer(t, ctx, builder, secret, bin, dl != nil, overrides)
 	r.build = readTermination(t, filepath.Join(buildDir, "termination-log"))
 	t.Logf("build: exit %d in %v", r.buildCode, time.Since(began).Round(time.Millisecond))
 	return r
@@ -156,6 +172,29 @@ func TestBuildScriptsAgainstBuildKit(t *testing.T) {
 		require.True(t, stepCached(r.buildOut, "[2/3] RUN echo hi > /hi.txt"), "the RUN step comes from the registry cache:\n%s", r.buildOut)
 		require.Equal(t, digest, r.build.Digest, "reproducible: same commit, same digest")
 		require.Equal(t, digest, manifestDigest(t, ref).String())
+	})
+
+	t.Run("the pod's way: buildctl-daemonless.sh starts the builder", func(t *testing.T) {
+		// As root, without the container's --oci-worker-no-process-sandbox
+		// (buildkitd accepts it only under rootlesskit), and BUILDKIT_HOST
+		// empty as in the container: no daemon but the wrapper's. It is new
+		// and empty: the RUN comes from the registry cache, the digest is
+		// the first build's.
+		r := runPodWith(t, ctx, spec, cfg, bkBin, nil, &daemonless{flags: "--root " + t.TempDir() + " --containerd-worker=false"})
+		require.Equal(t, 0, r.buildCode, r.buildOut)
+		require.Equal(t, digest, r.build.Digest)
+		require.True(t, stepCached(r.buildOut, "[2/3] RUN echo hi > /hi.txt"), r.buildOut)
+	})
+
+	t.Run("a builder that cannot start says why", func(t *testing.T) {
+		// The container's own flags (and a state directory of the test's),
+		// as root: buildkitd refuses them, as a builder that cannot start
+		// in its pod fails.
+		job, _ := build.Job(spec, cfg)
+		flags, _ := env(job.Spec.Template.Spec.Containers[0], "BUILDKITD_FLAGS")
+		r := runPodWith(t, ctx, spec, cfg, bkBin, nil, &daemonless{flags: flags.Value + " --root " + t.TempDir()})
+		require.Equal(t, 1, r.buildCode, r.buildOut)
+		require.Equal(t, termination{ExitCode: 1, Reason: "buildkitd: can't enable NoProcessSandbox without Rootless"}, r.build)
 	})
 
 	t.Run("a failing RUN gives its exit code, the error line and the tail", func(t *testing.T) {

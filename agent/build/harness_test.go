@@ -59,7 +59,7 @@ func buildkitBin(t *testing.T) string {
 	}
 	bin := filepath.Join(dir, "bin")
 	var missing []string
-	for _, p := range []string{filepath.Join(bin, "buildkitd"), filepath.Join(bin, "buildctl"), busybox} {
+	for _, p := range []string{filepath.Join(bin, "buildkitd"), filepath.Join(bin, "buildctl"), filepath.Join(bin, "buildctl-daemonless.sh"), busybox} {
 		if _, err := os.Stat(p); err != nil {
 			missing = append(missing, p)
 		}
@@ -308,16 +308,18 @@ func serveGit(t *testing.T, r *gitRepo, user, token string, v0Only bool) string 
 }
 
 // allowedOverrides are the only variables a test sets differently from the
-// container: where things are on this machine, and the daemon to use.
-var allowedOverrides = map[string]bool{"WORKSPACE": true, "HOME": true, "TMPDIR": true, "TERMINATION_LOG": true, "BUILDKIT_HOST": true}
+// container: where things are on this machine, and the daemon to use
+// (BUILDKIT_HOST, or the flags of the one buildctl-daemonless.sh starts).
+var allowedOverrides = map[string]bool{"WORKSPACE": true, "HOME": true, "TMPDIR": true, "TERMINATION_LOG": true, "BUILDKIT_HOST": true,
+	"BUILDKITD_FLAGS": true}
 
 // runContainer runs a container's command as its container would: its
 // script with BusyBox sh (the shell of both images), as its securityContext's
-// user and group, with its environment, the Secret's values for its secret
-// references, and overrides (only allowedOverrides) for the paths. PATH puts
-// bin (holding buildctl) first. It returns the combined output and the exit
-// code.
-func runContainer(t *testing.T, ctx context.Context, c corev1.Container, secret *corev1.Secret, bin string, overrides map[string]string) (string, int) {
+// user and group (root with asRoot), with its environment, the Secret's
+// values for its secret references, and overrides (only allowedOverrides)
+// for the paths. PATH puts bin (holding buildctl) first. It returns the
+// combined output and the exit code.
+func runContainer(t *testing.T, ctx context.Context, c corev1.Container, secret *corev1.Secret, bin string, asRoot bool, overrides map[string]string) (string, int) {
 	t.Helper()
 	require.Len(t, c.Command, 3)
 	require.Equal(t, []string{"/bin/sh", "-c"}, c.Command[:2])
@@ -349,7 +351,7 @@ func runContainer(t *testing.T, ctx context.Context, c corev1.Container, secret 
 	cmd := exec.CommandContext(ctx, busybox, "sh", "-c", c.Command[2])
 	cmd.Env = env
 	cmd.Dir = "/"
-	if sc := c.SecurityContext; sc != nil && sc.RunAsUser != nil {
+	if sc := c.SecurityContext; sc != nil && sc.RunAsUser != nil && !asRoot {
 		gid := uint32(*sc.RunAsUser)
 		if sc.RunAsGroup != nil {
 			gid = uint32(*sc.RunAsGroup)

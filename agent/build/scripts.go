@@ -166,9 +166,11 @@ echo "build: $BUILD_DOCKERFILE in ${BUILD_CONTEXT:-.} at $commit -> $ref:$commit
     --metadata-file "$work/metadata.json" 2>&1 || echo "$?" > "$work/status"; } | tee "$work/output"
 
 if [ -s "$work/status" ]; then
-  # buildctl ends with "error: ..."; without it (buildkitd did not start)
-  # the last line says most.
+  # buildctl ends with "error: ..."; without it buildkitd did not start, and
+  # its own fatal line (the wrapper prints the daemon's log) says why.
   line=$(grep '^error: ' "$work/output" | tail -n 1 || true)
+  [ -n "$line" ] || line=$(grep '^buildkitd: ' "$work/output" | head -n 1 || true)
+  [ -n "$line" ] || line=$(grep '^could not connect to ' "$work/output" | head -n 1 || true)
   [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' "$work/output" | tail -n 1 || true)
   [ -n "$line" ] || line="buildctl exited with status $(cat "$work/status")"
   code=$(printf '%s\n' "$line" | sed -n 's/.*exit code: \([0-9][0-9]*\).*/\1/p' | tail -n 1)
