@@ -95,6 +95,16 @@ func TestConsoleAuthorisationMatrix(t *testing.T) {
 		{"GET /o/{org}/p/{project}/e/{env}/s/{service}/logs", target + "/logs", nil, domain.ScopeProjectsRead},
 		{"GET /o/{org}/p/{project}/e/{env}/s/{service}/d/{deployment}", target + "/d/" + missing, nil, domain.ScopeProjectsRead},
 		{"GET /o/{org}/p/{project}/e/{env}/s/{service}/d/{deployment}/events", target + "/d/" + missing + "/events", nil, domain.ScopeProjectsRead},
+		// Builds from Git (builds.go): api deploys an image, so it tracks
+		// no branch (404 past the scope check); the build does not exist;
+		// a rotation makes the project's webhook secret (a new one for
+		// each role that may).
+		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/tracking", target + "/tracking", url.Values{"branch": {"main"}}, domain.ScopeProjectsWrite},
+		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/tracking", target + "/tracking", url.Values{"branch": {""}}, domain.ScopeProjectsWrite},
+		{"GET /o/{org}/p/{project}/e/{env}/s/{service}/b/{build}", target + "/b/" + missing, nil, domain.ScopeBuildsRead},
+		{"GET /o/{org}/p/{project}/e/{env}/s/{service}/b/{build}/events", target + "/b/" + missing + "/events", nil, domain.ScopeBuildsRead},
+		{"POST /o/{org}/p/{project}/e/{env}/s/{service}/b/{build}/cancel", target + "/b/" + missing + "/cancel", nil, domain.ScopeBuildsWrite},
+		{"POST /o/{org}/p/{project}/webhook/rotate", "/o/acme/p/shop/webhook/rotate", nil, domain.ScopeProjectsWrite},
 		// The actions added with actions.go: a destructive one is asked
 		// first (a confirmation page, refused to a role without the scope),
 		// then sent with confirmed=yes, for something that does not exist.

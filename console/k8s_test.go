@@ -16,62 +16,29 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/nebulactrl/nebulactrl/agent"
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/install"
+	"github.com/nebulactrl/nebulactrl/install/installtest"
 	"github.com/nebulactrl/nebulactrl/k8stest"
 	"github.com/nebulactrl/nebulactrl/servertest"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 // applyManifest creates the objects of the agent's install manifest, as
-// kubectl apply would.
+// kubectl apply would (installtest, as every package's tests apply it),
+// but the agent's StatefulSet: the agent runs in the test's process
+// (below), not as a pod.
 func applyManifest(t *testing.T, cs kubernetes.Interface, manifest string) {
 	t.Helper()
-	ctx := context.Background()
-	for _, doc := range strings.Split(manifest, "\n---\n") {
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
-		require.NoError(t, err)
-		switch o := obj.(type) {
-		case *corev1.Namespace:
-			_, err = cs.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.ServiceAccount:
-			_, err = cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.Secret:
-			_, err = cs.CoreV1().Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.ConfigMap:
-			_, err = cs.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRole:
-			_, err = cs.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRoleBinding:
-			_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.Role:
-			_, err = cs.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.RoleBinding:
-			_, err = cs.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *appsv1.StatefulSet:
-			// The agent runs in the test's process (below), not as a pod.
-			continue
-		case *policyv1.PodDisruptionBudget:
-			_, err = cs.PolicyV1().PodDisruptionBudgets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *admissionv1.ValidatingAdmissionPolicy:
-			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
-		case *admissionv1.ValidatingAdmissionPolicyBinding:
-			_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("the manifest holds an unexpected %T", obj)
-		}
-		require.NoError(t, err)
-	}
+	installtest.Apply(t, cs, manifest, func(obj runtime.Object) bool {
+		_, agentPod := obj.(*appsv1.StatefulSet)
+		return agentPod
+	})
 }
 
 // startRealAgent runs the real agent (package agent: the reconciler and the

@@ -98,6 +98,8 @@ func (c *Console) parseTemplates() error {
 		},
 		"join":      strings.Join,
 		"auditLink": auditLink,
+		"short":     shortCommit,
+		"buildOver": func(status string) bool { return domain.BuildStatus(status).Terminal() },
 	}
 	layout, err := templateFS.ReadFile("templates/layout.html")
 	if err != nil {
@@ -186,6 +188,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+s+"/d/{deployment}/events", c.authed(c.deploymentEvents))
 
 	c.actionRoutes(m)
+	c.buildRoutes(m)
 
 	m.HandleFunc("GET /instance", c.authed(c.instancePage))
 	m.HandleFunc("POST /instance/auto-upgrade", c.authed(c.setAutoUpgrade))
@@ -528,10 +531,19 @@ type projectData struct {
 	Services []query.Service
 	Rows     [][]cell
 	Clusters []query.Cluster
+	// Webhook is the project's push webhook, Deliveries the latest it
+	// received (builds:read), NewSecret the secret just made: in this
+	// answer only.
+	Webhook    api.WebhookInfo
+	Deliveries []query.Delivery
+	NewSecret  *api.WebhookSecret
 }
 
 func (c *Console) projectPage(w http.ResponseWriter, r *http.Request, s *session) {
-	var d projectData
+	c.renderProject(w, r, s, &projectData{})
+}
+
+func (c *Console) renderProject(w http.ResponseWriter, r *http.Request, s *session, d *projectData) {
 	pp := apiPath(r)
 	_, err := c.call(r, s.token, "GET", pp, nil, &d.Project)
 	if err == nil {
@@ -573,11 +585,17 @@ func (c *Console) projectPage(w http.ResponseWriter, r *http.Request, s *session
 			}
 		}
 	}
+	if err == nil {
+		_, err = c.call(r, s.token, "GET", pp+"/webhook", nil, &d.Webhook)
+	}
+	v := c.view(r, s, "Project "+d.Project.Name, d, "")
+	if err == nil && v.Can(string(domain.ScopeBuildsRead)) {
+		d.Deliveries, err = list[query.Delivery](c, r, s.token, pp+"/webhook/deliveries", 20)
+	}
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
-	v := c.view(r, s, "Project "+d.Project.Name, &d, "")
 	if v.Can(string(domain.ScopeProjectsWrite)) && v.Can(string(domain.ScopeServersRead)) {
 		d.Clusters, _ = list[query.Cluster](c, r, s.token, "/api/v1/orgs/"+esc(r.PathValue("org"))+"/clusters", 0)
 	}
@@ -594,7 +612,11 @@ func (c *Console) createEnvironment(w http.ResponseWriter, r *http.Request, s *s
 }
 
 func (c *Console) createService(w http.ResponseWriter, r *http.Request, s *session) {
-	req := api.ServiceRequest{Name: strings.TrimSpace(r.PostFormValue("name")), Image: strings.TrimSpace(r.PostFormValue("image"))}
+	// An image, or a Git repository that the service is built from (the
+	// API refuses both, or neither).
+	req := api.ServiceRequest{Name: strings.TrimSpace(r.PostFormValue("name")), Image: strings.TrimSpace(r.PostFormValue("image")),
+		GitURL: strings.TrimSpace(r.PostFormValue("gitUrl")), GitBranch: strings.TrimSpace(r.PostFormValue("gitBranch")),
+		Dockerfile: strings.TrimSpace(r.PostFormValue("dockerfile"))}
 	if p := r.PostFormValue("port"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil {
@@ -636,6 +658,9 @@ type targetData struct {
 	// Scale is each process's replicas in this environment (Scale).
 	Scale  []query.ProcessReplicas
 	Events string
+	// Git is what a Git service has in this environment (nil for an
+	// image's).
+	Git *gitData
 }
 
 func (c *Console) targetPage(w http.ResponseWriter, r *http.Request, s *session) {
@@ -657,6 +682,10 @@ func (c *Console) targetPage(w http.ResponseWriter, r *http.Request, s *session)
 	if err == nil {
 		d.Scale, err = list[query.ProcessReplicas](c, r, s.token, tp+"/replicas", 0)
 	}
+	v := c.view(r, s, d.Target.Service.Name+" in "+d.Env, &d, "")
+	if err == nil && d.Target.Service.Source.GitURL != "" {
+		d.Git, err = c.gitOfTarget(r, s, v)
+	}
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -671,12 +700,16 @@ func (c *Console) targetPage(w http.ResponseWriter, r *http.Request, s *session)
 		d.Replicas += p.Replicas
 	}
 	slices.SortFunc(d.Releases, func(a, b query.Release) int { return b.Number - a.Number })
-	c.render(w, r, http.StatusOK, "target", c.view(r, s, d.Target.Service.Name+" in "+d.Env, &d, ""))
+	c.render(w, r, http.StatusOK, "target", v)
 }
 
+// deploy deploys an image (or the service's again); a Git service's deploy
+// builds the tracked branch's head, or the commit asked for, and deploys
+// when the build succeeds (the API answers with the build).
 func (c *Console) deploy(w http.ResponseWriter, r *http.Request, s *session) {
 	var out api.DeployResponse
-	if _, err := c.call(r, s.token, "POST", apiPath(r, "/deployments"), api.DeployRequest{Image: strings.TrimSpace(r.PostFormValue("image"))}, &out); err != nil {
+	req := api.DeployRequest{Image: strings.TrimSpace(r.PostFormValue("image")), Commit: strings.TrimSpace(r.PostFormValue("commit"))}
+	if _, err := c.call(r, s.token, "POST", apiPath(r, "/deployments"), req, &out); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
@@ -689,6 +722,9 @@ func (c *Console) afterDeploy(w http.ResponseWriter, r *http.Request, out api.De
 		c.done(w, r, consolePath(r)+"/d/"+esc(out.Deployment.ID), "")
 	case out.ChangeSet != nil:
 		c.changed(w, r, out.ChangeSet, "")
+	case out.Build != nil:
+		// A Git service's deploy waits for its build: its page follows it.
+		c.done(w, r, consolePath(r)+"/b/"+esc(out.Build.ID), "Building "+builtWhat(out.Build)+": "+r.PathValue("service")+" deploys to "+r.PathValue("env")+" when the build succeeds.")
 	default:
 		c.done(w, r, consolePath(r), "Done.")
 	}

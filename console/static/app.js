@@ -84,6 +84,66 @@
     };
   }
 
+  function buildOver(status) {
+    return status === "succeeded" || status === "failed" || status === "cancelled" || status === "timed_out";
+  }
+
+  function showBuild(b) {
+    var st = document.getElementById("build-status");
+    if (st) { st.textContent = b.status; st.className = "badge st-" + b.status; }
+    if (b.commit) { setText("build-commit", b.commit); }
+    if (b.startedAt) { setText("build-started", when(b.startedAt)); }
+    if (b.finishedAt) { setText("build-finished", when(b.finishedAt)); }
+    if (b.digest) { setText("build-image", b.image + "@" + b.digest); }
+    if (b.reason) { setText("build-reason", b.reason); }
+    if (b.exitCode) { setText("build-exit", String(b.exitCode)); }
+    if (buildOver(b.status)) {
+      var f = document.getElementById("cancel-form");
+      if (f) { f.remove(); }
+    }
+  }
+
+  // The build page: its output arrives over the build's log stream, from
+  // the last line the page showed; the stream closes once the build is over
+  // and its last lines are sent.
+  function followBuild(box) {
+    var url = box.getAttribute("data-events");
+    if (!url || !window.EventSource) { return; }
+    var log = document.getElementById("build-log");
+    var state = document.getElementById("stream-state");
+    var last = parseInt(box.getAttribute("data-last") || "0", 10) || 0;
+    var status = "";
+    var es = new EventSource(url);
+    es.addEventListener("build", function (ev) {
+      var b = JSON.parse(ev.data);
+      status = b.status;
+      showBuild(b);
+    });
+    es.addEventListener("line", function (ev) {
+      var l = JSON.parse(ev.data);
+      if (l.id <= last) { return; }
+      last = l.id;
+      var atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+      var s = el("span", "log-line", l.text);
+      s.setAttribute("data-id", String(l.id));
+      log.appendChild(s);
+      log.appendChild(document.createTextNode("\n"));
+      log.hidden = false;
+      var empty = document.getElementById("build-log-empty");
+      if (empty) { empty.remove(); }
+      if (atEnd) { log.scrollTop = log.scrollHeight; }
+    });
+    es.onerror = function () {
+      if (buildOver(status)) {
+        // Not a failure: the stream ends with the build.
+        es.close();
+        if (state) { state.textContent = "This build is over."; }
+        return;
+      }
+      if (state && es.readyState === EventSource.CLOSED) { state.textContent = "The live connection closed; reload to follow again."; }
+    };
+  }
+
   // The service page: the environment's activity as it happens.
   function followActivity(list) {
     var url = list.getAttribute("data-events");
@@ -181,6 +241,8 @@
     document.body.addEventListener("htmx:afterSettle", followAudit);
     var d = document.getElementById("deployment");
     if (d) { followDeployment(d); }
+    var b = document.getElementById("build");
+    if (b) { followBuild(b); }
     var a = document.getElementById("live-activity");
     if (a) { followActivity(a); }
   }
