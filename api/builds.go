@@ -465,7 +465,7 @@ func (a *API) deployGit(ctx context.Context, r *http.Request, c *call, req Deplo
 		switch {
 		case err == nil:
 			cmd := domain.Deploy{EnvironmentID: c.env.ID, ServiceID: c.service.ID, ReleaseID: uuid.NewString(), DeploymentID: uuid.NewString(),
-				Image: b.Image + "@" + b.Digest, BuildID: b.ID}
+				Image: b.Image + "@" + b.Digest, BuildID: b.ID, ClusterID: b.ClusterID}
 			res, err := a.projectCommand(ctx, r, c, cmd)
 			if err != nil {
 				return 0, nil, err

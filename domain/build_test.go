@@ -202,3 +202,17 @@ func TestAutomaticDeployIntoAProtectedEnvironmentWaitsForApproval(t *testing.T) 
 	evs := decideAll(t, p, meta(alice, "a1"), domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID, Version: 1})
 	require.Equal(t, []string{"changeset.approved", "release.created", "deployment.requested"}, types(evs))
 }
+
+// A build's image lives in the registry of the cluster it was built on: an
+// environment that moved to another cluster since is not given it.
+func TestABuildDeploysOnlyWhereItWasBuilt(t *testing.T) {
+	t.Parallel()
+	p := gitProject(t)
+	other := "00000000-0000-4000-8000-0000000000c2"
+	d := domain.Deploy{EnvironmentID: stagingID, ServiceID: apiID, ReleaseID: rel1, DeploymentID: dep1, Image: digest, BuildID: dep1, ClusterID: other}
+	_, err := p.Decide(d, meta(alice, "d1"))
+	require.ErrorIs(t, err, domain.ErrConflict)
+	require.ErrorContains(t, err, "moved to another cluster")
+	d.ClusterID = clusterID
+	require.Len(t, decideAll(t, p, meta(alice, "d2"), d), 2)
+}

@@ -59,8 +59,11 @@ type Deploy struct {
 	// Automatic marks a deploy nobody asked for in person (a Git push): it is
 	// refused while a rollback paused the service's automatic deploys.
 	Automatic bool `json:"automatic,omitempty"`
-	// BuildID names the build whose image this deploys, when one did.
-	BuildID string `json:"buildId,omitempty"`
+	// BuildID names the build whose image this deploys, when one did;
+	// ClusterID is then the cluster it built on, whose registry holds the
+	// image: the environment must still run there.
+	BuildID   string `json:"buildId,omitempty"`
+	ClusterID string `json:"clusterId,omitempty"`
 }
 
 // Rollback deploys an earlier release again, with the configuration it froze,
@@ -339,10 +342,13 @@ func (w *pending) apply(c Change, m Meta) error {
 		if p.Current[env.ID][svc.ID].DeploymentID == d.DeploymentID {
 			return conflictf("deployment %s exists", d.DeploymentID)
 		}
+		if d.ClusterID != "" && d.ClusterID != env.ClusterID {
+			return conflictf("environment %s moved to another cluster since the build: its image is in the registry of the cluster it was built on; deploy again to build there", env.Name)
+		}
 		if d.Automatic && p.Paused[env.ID][svc.ID] {
 			// The deploy waits, visible, until someone resumes automatic
 			// deploys (which deploys it) or deploys by hand.
-			w.emit(DeployWaiting{EnvironmentID: env.ID, ServiceID: svc.ID, Image: d.Image, BuildID: d.BuildID})
+			w.emit(DeployWaiting{EnvironmentID: env.ID, ServiceID: svc.ID, Image: d.Image, BuildID: d.BuildID, ClusterID: d.ClusterID})
 			return nil
 		}
 		w.release(env.ID, svc, d.ReleaseID, d.DeploymentID, d.Image, "deploy")

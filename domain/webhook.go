@@ -180,6 +180,7 @@ type DeployWaiting struct {
 	ServiceID     string `json:"serviceId"`
 	Image         string `json:"image"`
 	BuildID       string `json:"buildId,omitempty"`
+	ClusterID     string `json:"clusterId,omitempty"`
 }
 
 func (BranchTracked) EventType() string        { return "service.branch.tracked" }
@@ -249,7 +250,7 @@ func (p *Project) resume(c ResumeDeploys, m Meta) (Decision, error) {
 	w := &pending{p: p.clone()}
 	w.emit(DeploymentsResumed{EnvironmentID: env.ID, ServiceID: svc.ID})
 	if wait, ok := p.Waiting[env.ID][svc.ID]; ok {
-		d := Deploy{EnvironmentID: env.ID, ServiceID: svc.ID, Image: wait.Image, BuildID: wait.BuildID,
+		d := Deploy{EnvironmentID: env.ID, ServiceID: svc.ID, Image: wait.Image, BuildID: wait.BuildID, ClusterID: wait.ClusterID,
 			ReleaseID: DeriveID(m.CommandID, "release"), DeploymentID: DeriveID(m.CommandID, "deployment")}
 		if env.Protected {
 			// Resuming needs no approval; what it deploys does.

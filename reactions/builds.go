@@ -197,7 +197,7 @@ func (r *Reactions) deployBuild(ctx context.Context, e eventstore.Event, d domai
 	image := d.Image + "@" + d.Digest
 	for _, env := range b.Environments {
 		attempt := strconv.Itoa(b.Attempt)
-		cmd := domain.Deploy{EnvironmentID: env, ServiceID: b.ServiceID, Image: image, Automatic: b.Automatic, BuildID: b.ID,
+		cmd := domain.Deploy{EnvironmentID: env, ServiceID: b.ServiceID, Image: image, Automatic: b.Automatic, BuildID: b.ID, ClusterID: b.ClusterID,
 			ReleaseID: domain.DeriveID(b.ID, "release", env, attempt), DeploymentID: domain.DeriveID(b.ID, "deployment", env, attempt)}
 		cc := c
 		cc.CommandID = domain.DeriveID(b.ID, "deploy", env, attempt)

@@ -266,6 +266,9 @@ func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
 	}
 	ac.mu.Lock()
 	ac.builds = hello.Builds
+	// The first set goes out even when it is empty: the agent may run
+	// Jobs of builds that ended while it was away, which it stops then.
+	ac.buildsSent = unsentBuilds
 	for env, rev := range hello.Applied {
 		if rev > 0 {
 			ac.sent[env] = rev
@@ -450,6 +453,10 @@ func (h *Hub) SendBuilds(ctx context.Context, serverID, key string, b Builds) er
 	ac.mu.Unlock()
 	return nil
 }
+
+// unsentBuilds is the key of a connection that was sent no set yet; no
+// set's key equals it.
+const unsentBuilds = "\x00unsent"
 
 // ErrNoBuilds means the server's agent predates builds.
 var ErrNoBuilds = errors.New("the server's agent does not run builds")
