@@ -201,7 +201,7 @@ func (a *Agent) streamLogs(ctx context.Context, pod corev1.Pod, container, env s
 		sc := bufio.NewScanner(stream)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			lines <- parseLogLine(sc.Text())
+			lines <- transport.ParseLogLine(sc.Text())
 		}
 	}()
 	flush := func() {
@@ -236,15 +236,3 @@ func sortedKeys(m map[string]string) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-// parseLogLine splits the timestamp the API server puts before each line.
-func parseLogLine(s string) transport.LogLine {
-	// Whatever the container wrote, the line must be storable text.
-	s = transport.Storable(s, transport.MaxLogLine)
-	ts, rest, ok := strings.Cut(s, " ")
-	if ok {
-		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
-			return transport.LogLine{Time: t, Stream: "stdout", Text: rest}
-		}
-	}
-	return transport.LogLine{Time: time.Now().UTC(), Stream: "stdout", Text: s}
-}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -271,3 +272,17 @@ const (
 	MaxLogLine = maxLogLine
 	MaxMessage = maxMessage
 )
+
+// ParseLogLine reads a line of the Kubernetes log API with timestamps on
+// ("2026-11-30T00:00:00.000000000Z text"), making it storable whatever the
+// container wrote; a line without a timestamp gets now.
+func ParseLogLine(s string) LogLine {
+	s = Storable(s, MaxLogLine)
+	ts, rest, ok := strings.Cut(s, " ")
+	if ok {
+		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+			return LogLine{Time: t, Stream: "stdout", Text: rest}
+		}
+	}
+	return LogLine{Time: time.Now().UTC(), Stream: "stdout", Text: s}
+}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -114,7 +113,7 @@ func (r *Runner) streamLogs(ctx context.Context, st *stream, id, namespace, pod,
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			select {
-			case lines <- parseLogLine(sc.Text()):
+			case lines <- transport.ParseLogLine(sc.Text()):
 			case <-ctx.Done():
 				return
 			}
@@ -174,16 +173,3 @@ func (st *stream) tailAfterEnd(ctx context.Context, wait time.Duration) []string
 	return append([]string(nil), st.tail...)
 }
 
-// parseLogLine splits the timestamp the API server puts before each line
-// (the agent's container logs read the same format), and makes the text
-// storable whatever the build printed.
-func parseLogLine(s string) transport.LogLine {
-	s = transport.Storable(s, transport.MaxLogLine)
-	ts, rest, ok := strings.Cut(s, " ")
-	if ok {
-		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
-			return transport.LogLine{Time: t, Stream: "stdout", Text: rest}
-		}
-	}
-	return transport.LogLine{Time: time.Now().UTC(), Stream: "stdout", Text: s}
-}
