@@ -33,13 +33,7 @@ func (b *builds) Name() string { return "builds" }
 
 func (b *builds) all() []*table { return []*table{b.builds, b.deliveries, b.tracking, b.webhooks} }
 
-func (b *builds) Tables() []string {
-	var names []string
-	for _, t := range b.all() {
-		names = append(names, t.name)
-	}
-	return names
-}
+func (b *builds) Tables() []string { return tableNames(b.all()) }
 
 func (b *builds) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
 	for _, e := range batch {

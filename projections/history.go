@@ -57,13 +57,7 @@ func (h *history) all() []*table {
 	return []*table{h.releases, h.deployments, h.stages, h.current, h.pauses, h.changesets}
 }
 
-func (h *history) Tables() []string {
-	var names []string
-	for _, t := range h.all() {
-		names = append(names, t.name)
-	}
-	return append(names, h.variables.name)
-}
+func (h *history) Tables() []string { return append(tableNames(h.all()), h.variables.name) }
 
 func actorLabel(a domain.Actor) string { return string(a.Kind) + ":" + a.Name }
 

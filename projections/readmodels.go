@@ -83,13 +83,7 @@ func (r *readModels) all() []*table {
 		r.projects, r.envs, r.services, r.variables, r.domains, r.replicas}
 }
 
-func (r *readModels) Tables() []string {
-	var names []string
-	for _, t := range r.all() {
-		names = append(names, t.name)
-	}
-	return names
-}
+func (r *readModels) Tables() []string { return tableNames(r.all()) }
 
 func (r *readModels) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
 	for _, e := range batch {

@@ -35,6 +35,15 @@ type table struct {
 	dorder     []string
 }
 
+// tableNames names the tables, for a projector's Tables.
+func tableNames(ts []*table) []string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.name
+	}
+	return names
+}
+
 func newInsertOnlyTable(name string, nkey int, colTypes ...string) *table {
 	t := newTable(name, nkey, colTypes...)
 	t.insertOnly = true

@@ -191,11 +191,7 @@ func (s *Store) SaveLogs(ctx context.Context, src Source, l transport.Logs) erro
 		if i == 5000 {
 			break
 		}
-		ts := line.Time.UTC()
-		// A timestamp far from now would land outside the daily partitions.
-		if ts.IsZero() || ts.After(now.Add(time.Hour)) || ts.Before(now.Add(-Retention)) {
-			ts = now
-		}
+		ts := lineTime(line.Time, now)
 		rows = append(rows, []any{src.OrgID, l.EnvironmentID, cut(l.Service, 63), l.Release, cut(l.Pod, 253), cut(l.Container, 63), ts, cut(line.Stream, 8), cut(line.Text, 16<<10)})
 	}
 	_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"log_lines"}, []string{"org_id", "environment_id", "service", "release", "pod", "container", "ts", "stream", "line"}, pgx.CopyFromRows(rows))
@@ -238,6 +234,16 @@ func (s *Store) Logs(ctx context.Context, envID, service string, after int64, li
 	return out, err
 }
 
+// lineTime is a line's time as stored: a timestamp far from now (a clock
+// far off) would land outside the daily partitions, so it becomes now.
+func lineTime(t, now time.Time) time.Time {
+	t = t.UTC()
+	if t.IsZero() || t.After(now.Add(time.Hour)) || t.Before(now.Add(-Retention)) {
+		return now
+	}
+	return t
+}
+
 // SaveBuildLogs stores a batch of a build's output, from the cluster the
 // build runs on (another cluster's batch is dropped).
 func (s *Store) SaveBuildLogs(ctx context.Context, src Source, l transport.BuildLogs) error {
@@ -260,10 +266,7 @@ func (s *Store) SaveBuildLogs(ctx context.Context, src Source, l transport.Build
 		if i == 5000 {
 			break
 		}
-		ts := line.Time.UTC()
-		if ts.IsZero() || ts.After(now.Add(time.Hour)) || ts.Before(now.Add(-Retention)) {
-			ts = now
-		}
+		ts := lineTime(line.Time, now)
 		rows = append(rows, []any{src.OrgID, l.BuildID, cut(l.Container, 63), ts, cut(line.Stream, 8), cut(line.Text, 16<<10)})
 	}
 	_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"build_log_lines"}, []string{"org_id", "build_id", "container", "ts", "stream", "line"}, pgx.CopyFromRows(rows))
