@@ -235,4 +235,3 @@ func (a *Agent) streamLogs(ctx context.Context, pod corev1.Pod, container, env s
 func sortedKeys(m map[string]string) []string {
 	return slices.Sorted(maps.Keys(m))
 }
-

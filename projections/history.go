@@ -42,7 +42,7 @@ func newHistory() *history {
 		stages: newInsertOnlyTable("deployment_stages", 2, "deployment_id uuid", "seq integer", "org_id uuid", "stage text",
 			"ready integer", "desired integer", "detail text", "at timestamptz", "actor text"),
 		current: newTable("current_releases", 2, "environment_id uuid", "service_id uuid", "org_id uuid", "release_id uuid", "deployment_id uuid"),
-		pauses:  newTable("deploy_pauses", 2, "environment_id uuid", "service_id uuid", "org_id uuid", "paused_at timestamptz", "paused_by text", "reason text",
+		pauses: newTable("deploy_pauses", 2, "environment_id uuid", "service_id uuid", "org_id uuid", "paused_at timestamptz", "paused_by text", "reason text",
 			"waiting_image text", "waiting_build text"),
 		changesets: newTable("changesets", 1, "id uuid", "org_id uuid", "project_id uuid", "environment_id uuid", "status text",
 			"description text", "changes jsonb", "opened_by text", "opened_at timestamptz", "decided_by text", "decided_at timestamptz", "version integer"),

@@ -172,4 +172,3 @@ func (st *stream) tailAfterEnd(ctx context.Context, wait time.Duration) []string
 	defer st.mu.Unlock()
 	return append([]string(nil), st.tail...)
 }
-
