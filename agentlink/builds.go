@@ -56,16 +56,25 @@ func (l *Link) DeliverBuilds(ctx context.Context, wake <-chan struct{}) error {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	var last time.Time
+	// A wake within deliverBuildsEvery of the last look is deferred to the
+	// end of that interval, never dropped: the wake of a build's start
+	// comes a few milliseconds after the wakes of its delivery and queue.
+	var deferred <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
-			if time.Since(last) < deliverBuildsEvery {
+			if wait := deliverBuildsEvery - time.Since(last); wait > 0 {
+				if deferred == nil {
+					deferred = time.After(wait)
+				}
 				continue
 			}
+		case <-deferred:
 		case <-tick.C:
 		}
+		deferred = nil
 		last = time.Now()
 		if err := l.deliverBuilds(ctx); err != nil && ctx.Err() == nil {
 			l.cfg.Logger.Warn("delivering builds", "err", err)

@@ -225,16 +225,24 @@ func (r *Reactions) DeliverUpgrades(ctx context.Context, connected func() []stri
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	var last time.Time
+	// A wake within deliverEvery of the last look is deferred to the end
+	// of that interval, not dropped (it would wait for the next tick).
+	var deferred <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
-			if time.Since(last) < deliverEvery {
+			if wait := deliverEvery - time.Since(last); wait > 0 {
+				if deferred == nil {
+					deferred = time.After(wait)
+				}
 				continue
 			}
+		case <-deferred:
 		case <-tick.C:
 		}
+		deferred = nil
 		last = time.Now()
 		if r.cfg.Upgrades.Sender == nil {
 			continue
