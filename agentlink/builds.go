@@ -150,7 +150,7 @@ func (l *Link) buildSet(ctx context.Context, bs []query.Build) (transport.Builds
 			} else {
 				cred := &transport.GitCredential{Username: c.Username}
 				if c.Kind == domain.CredentialSSH {
-					cred.SSHKey = string(plain)
+					cred.SSHKey, cred.KnownHosts = string(plain), c.KnownHosts
 				} else {
 					cred.Token = string(plain)
 				}

@@ -54,9 +54,13 @@ type ServiceRequest struct {
 	// key, PEM) reads a private repository: sealed before it is stored,
 	// delivered only to the build, never returned. GitCredentialNone
 	// removes the one set.
-	GitUsername             string           `json:"gitUsername,omitempty" input:"max=200"`
-	GitToken                string           `json:"gitToken,omitempty" input:"opaque,max=4096"`
-	GitSSHKey               string           `json:"gitSshKey,omitempty" input:"opaque,max=16384"`
+	GitUsername string `json:"gitUsername,omitempty" input:"max=200"`
+	GitToken    string `json:"gitToken,omitempty" input:"opaque,max=4096"`
+	GitSSHKey   string `json:"gitSshKey,omitempty" input:"opaque,max=16384"`
+	// GitKnownHosts pins the forge's SSH host keys (known_hosts lines, as
+	// ssh-keyscan prints them) for GitSSHKey; without them the build
+	// accepts the host key on first contact.
+	GitKnownHosts           string           `json:"gitKnownHosts,omitempty" input:"max=16384"`
 	GitCredentialNone       bool             `json:"gitCredentialNone,omitempty"`
 	Port                    *int             `json:"port,omitempty"`
 	Replicas                *int             `json:"replicas,omitempty"`
@@ -366,9 +370,11 @@ func (a *API) sourceOf(ctx context.Context, c *call, req ServiceRequest, current
 		if !strings.Contains(req.GitSSHKey, "PRIVATE KEY-----") {
 			return domain.Source{}, errorf(http.StatusUnprocessableEntity, "validation_failed", "gitSshKey must be a private key in PEM form (-----BEGIN ... PRIVATE KEY-----)")
 		}
-		cred = &domain.GitCredential{Kind: domain.CredentialSSH}
+		cred = &domain.GitCredential{Kind: domain.CredentialSSH, KnownHosts: req.GitKnownHosts}
 	case req.GitUsername != "":
 		return domain.Source{}, errorf(http.StatusUnprocessableEntity, "validation_failed", "gitUsername goes with a gitToken")
+	case req.GitKnownHosts != "":
+		return domain.Source{}, errorf(http.StatusUnprocessableEntity, "validation_failed", "gitKnownHosts goes with a gitSshKey")
 	}
 	if req.GitCredentialNone {
 		if cred != nil {

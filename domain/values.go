@@ -307,6 +307,9 @@ type GitCredential struct {
 	Kind     string      `json:"kind"`
 	Username string      `json:"username,omitempty"`
 	Sealed   SealedValue `json:"sealed"`
+	// KnownHosts pins the forge's SSH host keys (known_hosts lines; not a
+	// secret) for an SSH key.
+	KnownHosts string `json:"knownHosts,omitempty"`
 }
 
 // Kinds of Git credentials.
@@ -377,6 +380,12 @@ func (s Source) Validate() error {
 			}
 			if err := ValidateText("Git user name", c.Username, 200); err != nil {
 				return err
+			}
+			if err := ValidateText("known hosts", c.KnownHosts, 16<<10); err != nil {
+				return err
+			}
+			if c.KnownHosts != "" && c.Kind != CredentialSSH {
+				return invalidf("known hosts go with an SSH key")
 			}
 			if err := c.Sealed.Validate(); err != nil {
 				return err

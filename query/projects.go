@@ -61,6 +61,8 @@ type ServiceSource struct {
 type CredentialInfo struct {
 	Kind     string `json:"kind"`
 	Username string `json:"username,omitempty"`
+	// KnownHosts are the pinned SSH host keys (public, not a secret).
+	KnownHosts string `json:"knownHosts,omitempty"`
 }
 
 // Sealed returns the stored (sealed) credential, for delivery to a build.
@@ -75,7 +77,7 @@ func (s ServiceSource) Domain() domain.Source {
 func sourceOf(d domain.Source) ServiceSource {
 	s := ServiceSource{Image: d.Image, GitURL: d.GitURL, GitBranch: d.GitBranch, Dockerfile: d.Dockerfile, Context: d.Context, sealed: d.Credential}
 	if d.Credential != nil {
-		s.Credential = &CredentialInfo{Kind: d.Credential.Kind, Username: d.Credential.Username}
+		s.Credential = &CredentialInfo{Kind: d.Credential.Kind, Username: d.Credential.Username, KnownHosts: d.Credential.KnownHosts}
 	}
 	return s
 }

@@ -51,6 +51,10 @@ type GitCredential struct {
 	Username string `json:"username,omitempty"`
 	Token    string `json:"token,omitempty"`
 	SSHKey   string `json:"sshKey,omitempty"`
+	// KnownHosts are the forge's SSH host keys (known_hosts lines): with
+	// them the clone refuses any other host key; without, it accepts the
+	// key on first contact.
+	KnownHosts string `json:"knownHosts,omitempty"`
 }
 
 // States of a build as the agent reports them (BuildReport.State).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/nebulactrl/nebulactrl/agent/build"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -236,6 +237,19 @@ func TestBuildScriptsAgainstBuildKit(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, string(known), "ssh-ed25519", "the host key was accepted on first contact")
 		require.NotContains(t, r.cloneOut, "PRIVATE KEY")
+
+		// Pinned: the forge's own host key clones, and any other is refused.
+		pinned := s
+		pinned.Credential = &transport.GitCredential{SSHKey: key, KnownHosts: strings.TrimSpace(string(known))}
+		r = runPod(t, ctx, pinned, cfg, bin, nil)
+		require.Equal(t, 0, r.cloneCode, r.cloneOut)
+		host, _, _ := strings.Cut(strings.TrimSpace(string(known)), " ")
+		_, otherPub := deployKey(t)
+		wrong := s
+		wrong.Credential = &transport.GitCredential{SSHKey: key, KnownHosts: host + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(otherPub)))}
+		r = runPod(t, ctx, wrong, cfg, bin, nil)
+		require.NotEqual(t, 0, r.cloneCode, "a host key other than the pinned one is refused")
+		require.Contains(t, r.cloneOut+r.clone.Reason, "Host key verification failed")
 	})
 
 	t.Run("a protocol v0 server gets the commit through its branch", func(t *testing.T) {

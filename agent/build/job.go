@@ -24,9 +24,10 @@ const DefaultTimeout = 3600
 
 // Keys of a build's Secret.
 const (
-	secretUsername = "username"
-	secretToken    = "token"
-	secretSSHKey   = "ssh-key"
+	secretUsername   = "username"
+	secretToken      = "token"
+	secretSSHKey     = "ssh-key"
+	secretKnownHosts = "known-hosts"
 )
 
 // Where the containers keep things. The clone's home is memory-backed: it
@@ -136,6 +137,7 @@ func Job(spec transport.BuildSpec, cfg Config) (*batchv1.Job, *corev1.Secret) {
 			{"GIT_USERNAME", secretUsername, c.Username},
 			{"GIT_TOKEN", secretToken, c.Token},
 			{"GIT_SSH_KEY", secretSSHKey, c.SSHKey},
+			{"GIT_KNOWN_HOSTS", secretKnownHosts, c.KnownHosts},
 		} {
 			if kv.value == "" {
 				continue

@@ -23,12 +23,12 @@ import (
 // a GIT_ASKPASS helper that reads it from the environment when the server
 // asks, so it is never in a command line (ps) or in the URL (which git
 // prints in its errors). An SSH key ($GIT_SSH_KEY) is written to a file of
-// mode 0400, as ssh demands. The SSH host key is accepted on first contact
-// (StrictHostKeyChecking=accept-new): the pod is new for every build and the
-// control plane sends no known host key with the credential, so there is
-// nothing to check it against; refusing unknown hosts would refuse every
-// build, and accept-new still refuses a host key that changes within the
-// clone.
+// mode 0400, as ssh demands. With the forge's host keys pinned
+// ($GIT_KNOWN_HOSTS, known_hosts lines) ssh accepts those and no other
+// (StrictHostKeyChecking=yes); without, the host key is accepted on first
+// contact (accept-new): the pod is new for every build, so there is nothing
+// else to check it against, and accept-new still refuses a host key that
+// changes within the clone.
 const CloneScript = `set -eu
 umask 022
 src="$WORKSPACE/src"
@@ -75,7 +75,12 @@ if [ -n "${GIT_SSH_KEY:-}" ]; then
   (umask 077 && printf '%s\n' "$GIT_SSH_KEY" > "$key")
   chmod 0400 "$key"
   unset GIT_SSH_KEY
-  export GIT_SSH_COMMAND="ssh -F /dev/null -i '$key' -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile='$HOME/.ssh/known_hosts'"
+  strict=accept-new
+  if [ -n "${GIT_KNOWN_HOSTS:-}" ]; then
+    printf '%s\n' "$GIT_KNOWN_HOSTS" > "$HOME/.ssh/known_hosts"
+    strict=yes
+  fi
+  export GIT_SSH_COMMAND="ssh -F /dev/null -i '$key' -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=$strict -o UserKnownHostsFile='$HOME/.ssh/known_hosts'"
 fi
 
 cd "$src"

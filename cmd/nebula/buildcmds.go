@@ -28,6 +28,7 @@ func gitFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "git-token-stdin", Usage: "read an HTTPS token that reads the repository from one line of stdin (sealed; never shown again)"},
 		&cli.StringFlag{Name: "git-user", Usage: "the user name that goes with the token (default: the forge's own, such as x-access-token)"},
 		&cli.StringFlag{Name: "git-ssh-key", Usage: "a file with an SSH deploy key (PEM) that reads the repository (sealed; never shown again)"},
+		&cli.StringFlag{Name: "git-known-hosts", Usage: "a file of the forge's SSH host keys (known_hosts lines, as ssh-keyscan prints them) that the build accepts, and no other (default: the key met first)"},
 		&cli.BoolFlag{Name: "no-git-credential", Usage: "remove the repository's credential"},
 	}
 }
@@ -54,6 +55,16 @@ func (x *cmdCtx) applyGitFlags(req *api.ServiceRequest) error {
 			return exitError{exitUsage, fmt.Errorf("--git-ssh-key: %w", err)}
 		}
 		req.GitSSHKey = string(b)
+	}
+	if f := x.String("git-known-hosts"); f != "" {
+		if req.GitSSHKey == "" {
+			return exitError{exitUsage, errors.New("--git-known-hosts goes with --git-ssh-key")}
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return exitError{exitUsage, fmt.Errorf("--git-known-hosts: %w", err)}
+		}
+		req.GitKnownHosts = strings.TrimSpace(string(b))
 	}
 	if req.GitUsername != "" && req.GitToken == "" {
 		return exitError{exitUsage, errors.New("--git-user goes with --git-token-stdin")}
