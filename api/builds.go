@@ -279,7 +279,8 @@ func (a *API) deliveryOutcome(ctx context.Context, project query.Project, d forg
 			if !ok {
 				i = len(cmd.Builds)
 				byCluster[env.ClusterID] = i
-				cmd.Builds = append(cmd.Builds, domain.DeliveryBuild{ServiceID: s.ID, ClusterID: env.ClusterID})
+				cmd.Builds = append(cmd.Builds, domain.DeliveryBuild{ServiceID: s.ID, ClusterID: env.ClusterID,
+					Repository: s.Source.GitURL, Dockerfile: s.Source.Dockerfile, Context: s.Source.Context})
 			}
 			cmd.Builds[i].Environments = append(cmd.Builds[i].Environments, env.ID)
 		}

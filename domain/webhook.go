@@ -64,6 +64,11 @@ type DeliveryBuild struct {
 	ServiceID    string   `json:"serviceId"`
 	ClusterID    string   `json:"clusterId"`
 	Environments []string `json:"environments"`
+	// Repository, Dockerfile and Context are the service's source when the
+	// delivery came (the clone URL the service names, not the payload's).
+	Repository string `json:"repository,omitempty"`
+	Dockerfile string `json:"dockerfile,omitempty"`
+	Context    string `json:"context,omitempty"`
 }
 
 // Decide decides a delivery command.
@@ -116,6 +121,15 @@ func (w *WebhookDelivery) Decide(id string, cmd DeliveryCommand, m Meta) (Decisi
 			return Decision{}, err
 		}
 		if err := ValidateID("cluster", b.ClusterID); err != nil {
+			return Decision{}, err
+		}
+		if err := ValidateText("repository", b.Repository, 2048); err != nil {
+			return Decision{}, err
+		}
+		if err := validateRepoPath("Dockerfile", b.Dockerfile); err != nil {
+			return Decision{}, err
+		}
+		if err := validateRepoPath("build context", b.Context); err != nil {
 			return Decision{}, err
 		}
 		for _, env := range b.Environments {

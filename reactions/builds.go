@@ -2,7 +2,6 @@ package reactions
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -41,7 +40,7 @@ func buildTimerKey(id string) string { return timerBuild + ":" + id }
 func (r *Reactions) reactBuild(ctx context.Context, tx pgx.Tx, e eventstore.Event, d domain.Event, c command.Context) (ops []timerOp, handled bool, err error) {
 	switch d := d.(type) {
 	case domain.WebhookDeliveryRecorded:
-		return nil, true, r.queuePush(ctx, tx, e, d, c)
+		return nil, true, r.queuePush(ctx, e, d, c)
 	case domain.BuildQueuedEvent:
 		return nil, true, r.enqueue(ctx, tx, e, d, c)
 	case domain.BuildStarted:
@@ -70,29 +69,21 @@ func (r *Reactions) reactBuild(ctx context.Context, tx pgx.Tx, e eventstore.Even
 	return nil, false, nil
 }
 
-// queuePush queues the builds a push delivery asks for. The build's source
-// (the clone URL the service names, its Dockerfile and context) is the
-// service's as it is now, not the payload's.
-func (r *Reactions) queuePush(ctx context.Context, tx pgx.Tx, e eventstore.Event, d domain.WebhookDeliveryRecorded, c command.Context) error {
+// queuePush queues the builds a push delivery asks for, from the service's
+// source as the delivery recorded it (the clone URL the service names, its
+// Dockerfile and context), not from a read model that may lag.
+func (r *Reactions) queuePush(ctx context.Context, e eventstore.Event, d domain.WebhookDeliveryRecorded, c command.Context) error {
 	if d.Outcome != domain.DeliveryBuilding {
 		return nil
 	}
 	for _, b := range d.Builds {
-		var raw []byte
-		err := tx.QueryRow(ctx, `SELECT source FROM services WHERE id = $1 AND deleted_at IS NULL`, b.ServiceID).Scan(&raw)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("reading the source of service %s: %w", b.ServiceID, err)
-		}
-		var src domain.Source
-		if err := json.Unmarshal(raw, &src); err != nil || !src.IsGit() {
-			continue
+		repo := b.Repository
+		if repo == "" {
+			repo = d.Repository
 		}
 		id := domain.BuildID(b.ServiceID, d.Commit, b.ClusterID)
-		_, err = r.cfg.Commands.Build(ctx, c, e.OrgID, id, domain.QueueBuild{ProjectID: d.ProjectID, ServiceID: b.ServiceID, ClusterID: b.ClusterID,
-			Repository: src.GitURL, Branch: d.Branch, Commit: d.Commit, Dockerfile: src.Dockerfile, Context: src.Context,
+		_, err := r.cfg.Commands.Build(ctx, c, e.OrgID, id, domain.QueueBuild{ProjectID: d.ProjectID, ServiceID: b.ServiceID, ClusterID: b.ClusterID,
+			Repository: repo, Branch: d.Branch, Commit: d.Commit, Dockerfile: b.Dockerfile, Context: b.Context,
 			Environments: b.Environments, Automatic: true, Trigger: "push", DeliveryID: d.DeliveryID, Timeout: r.cfg.BuildTimeout})
 		if err := ignoreDecided(err, r.cfg.Logger, "queueing build "+id); err != nil {
 			return err

@@ -33,7 +33,7 @@ func (w *world) push(service, commit string, envs ...string) string {
 	id := domain.DeliveryID(w.proj1, "github", uuid.NewString())
 	_, err := w.cmd.Delivery(w.ctx, command.Context{Actor: domain.System("webhook")}, w.org, id, domain.RecordDelivery{ProjectID: w.proj1,
 		Provider: "github", ForgeID: uuid.NewString(), Event: "push", Ref: "refs/heads/main", Branch: "main", Commit: commit,
-		Outcome: domain.DeliveryBuilding, Builds: []domain.DeliveryBuild{{ServiceID: service, ClusterID: w.clus, Environments: envs}}})
+		Outcome: domain.DeliveryBuilding, Builds: []domain.DeliveryBuild{{ServiceID: service, ClusterID: w.clus, Environments: envs, Repository: "https://git.example.com/acme/web.git"}}})
 	require.NoError(w.t, err)
 	w.settle()
 	return domain.BuildID(service, commit, w.clus)
