@@ -82,7 +82,10 @@ func (l *Link) DeliverBuilds(ctx context.Context, wake <-chan struct{}) error {
 	}
 }
 
-const deliverBuildsEvery = 250 * time.Millisecond
+// deliverBuildsEvery bounds how often wakes make DeliverBuilds read the
+// running builds (one indexed read of a few rows, then a map lookup per
+// connection): a wake comes with every append and every projected batch.
+const deliverBuildsEvery = 100 * time.Millisecond
 
 func (l *Link) deliverBuilds(ctx context.Context) error {
 	h := l.hub.Load()
