@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/query"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -249,5 +250,126 @@ Example:
 			},
 		}.command(),
 		serverUpgradeCommand(),
+	)
+}
+
+func clusterCommand() *cli.Command {
+	joinToken := func(x *cmdCtx, t api.CreatedJoinToken) {
+		x.printf("\nJoin token (valid until %s):\n\n    %s\n\n", at(t.ExpiresAt), t.Token)
+		x.printf("It is shown only this once: keep it until the server is installed. A server joins\nthe cluster with it; revoke it with nebula cluster token revoke when no longer needed.\n")
+	}
+	hours := func() cli.Flag {
+		return &cli.IntFlag{Name: "expires-in-hours", Usage: "the join token's life in hours (1-720; default 24)"}
+	}
+	return group("cluster", "create, list, show and delete clusters, and issue their join tokens",
+		spec{
+			name: "create", usage: "create a cluster and its first join token", argsUsage: shapeCluster,
+			description: `Creates a cluster of the organisation and prints its first join token once.
+
+Example:
+   nebula cluster create acme/eu-1`,
+			flags: []cli.Flag{hours()},
+			json:  true, nargs: 1,
+			run: func(x *cmdCtx) error {
+				a, cl, err := x.addressClient(0, shapeCluster)
+				if err != nil {
+					return err
+				}
+				var res api.ClusterResponse
+				return x.read(&res, func(ctx context.Context) (err error) {
+					res, err = cl.CreateCluster(ctx, a.Org, api.CreateClusterRequest{Name: a.Cluster, ExpiresInHours: x.Int("expires-in-hours")})
+					return
+				}, func() error {
+					x.printf("Created cluster %s.\n", a)
+					if res.JoinToken != nil {
+						joinToken(x, *res.JoinToken)
+					}
+					return nil
+				})
+			},
+		}.command(),
+		clusterListCommand(),
+		clusterGetCommand(),
+		clusterDeleteCommand(),
+		clusterManifestCommand(hours()),
+		group("token", "issue, list and revoke join tokens",
+			spec{
+				name: "create", usage: "issue a join token", argsUsage: shapeCluster,
+				description: `Issues another join token for servers to join the cluster with; it is shown once.
+
+Example:
+   nebula cluster token create acme/eu-1 --expires-in-hours 2`,
+				flags: []cli.Flag{hours()},
+				json:  true, nargs: 1,
+				run: func(x *cmdCtx) error {
+					a, cl, err := x.addressClient(0, shapeCluster)
+					if err != nil {
+						return err
+					}
+					var t api.CreatedJoinToken
+					return x.read(&t, func(ctx context.Context) (err error) {
+						t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, api.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
+						return
+					}, func() error {
+						x.printf("Issued join token %s for %s.\n", t.ID, a)
+						joinToken(x, t)
+						return nil
+					})
+				},
+			}.command(),
+			spec{
+				name: "list", usage: "list a cluster's join tokens (never their secrets)", argsUsage: shapeCluster,
+				description: `Lists the join tokens of a cluster, newest first.
+
+Example:
+   nebula cluster token list acme/eu-1`,
+				json: true, nargs: 1,
+				run: func(x *cmdCtx) error {
+					a, cl, err := x.addressClient(0, shapeCluster)
+					if err != nil {
+						return err
+					}
+					var ts []query.JoinToken
+					return x.read(&ts, func(ctx context.Context) (err error) { ts, err = cl.JoinTokens(ctx, a.Org, a.Cluster); return }, func() error {
+						var rows [][]string
+						for _, t := range ts {
+							status := "valid"
+							switch {
+							case t.RevokedAt != nil:
+								status = "revoked"
+							case !t.ExpiresAt.After(timeNow()):
+								status = "expired"
+							}
+							rows = append(rows, []string{t.ID, when(t.CreatedAt), when(t.ExpiresAt), status})
+						}
+						x.table("ID\tCREATED\tEXPIRES\tSTATUS", rows)
+						return nil
+					})
+				},
+			}.command(),
+			spec{
+				name: "revoke", usage: "revoke a join token", argsUsage: shapeCluster + " TOKEN_ID",
+				description: `Revokes a join token: no server joins the cluster with it any more. Asks first
+on a terminal; give --yes otherwise.
+
+Example:
+   nebula cluster token revoke acme/eu-1 3f1e2d4c-5b6a-4789-8c9d-0e1f2a3b4c5d --yes`,
+				nargs: 2, destructive: true,
+				run: func(x *cmdCtx) error {
+					a, cl, err := x.addressClient(0, shapeCluster)
+					if err != nil {
+						return err
+					}
+					if err := x.confirm("Revoke join token " + x.args[1] + " of " + a.String()); err != nil {
+						return err
+					}
+					if err := cl.RevokeJoinToken(x.Context.Context, a.Org, a.Cluster, x.args[1]); err != nil {
+						return err
+					}
+					x.printf("Revoked join token %s of %s.\n", x.args[1], a)
+					return nil
+				},
+			}.command(),
+		),
 	)
 }
