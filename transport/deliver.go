@@ -1,0 +1,145 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+func (ac *agentConn) kickNow() {
+	select {
+	case ac.kick <- struct{}{}:
+	default:
+	}
+}
+
+// deliverLoop sends the connection every revision newer than what it has,
+// whenever it is kicked; one at a time, so the agent sees them in order.
+func (h *Hub) deliverLoop(ctx context.Context, ac *agentConn) {
+	for {
+		select {
+		case <-ac.c.closed():
+			return
+		case <-ctx.Done():
+			return
+		case <-ac.kick:
+		}
+		heads, err := h.cfg.Heads(ctx, []string{ac.peer.ClusterID})
+		if err != nil {
+			h.cfg.Logger.Warn("looking up revisions for an agent", "server", ac.peer.Name, "err", err)
+			continue
+		}
+		h.deliver(ctx, ac, heads[ac.peer.ClusterID], nil)
+	}
+}
+
+// deliver sends the heads the connection does not have yet. fetched caches
+// documents across connections in one refresh (both replicas of a cluster
+// need the same ones).
+func (h *Hub) deliver(ctx context.Context, ac *agentConn, heads []Head, fetched *sync.Map) {
+	for _, hd := range heads {
+		ac.mu.Lock()
+		have := ac.sent[hd.EnvironmentID]
+		ac.mu.Unlock()
+		if hd.Revision <= have {
+			continue
+		}
+		var frame []byte
+		key := fmt.Sprintf("%s/%d", hd.EnvironmentID, hd.Revision)
+		if fetched != nil {
+			if f, ok := fetched.Load(key); ok {
+				frame = f.([]byte)
+			}
+		}
+		if frame == nil {
+			ds, err := h.cfg.Fetch(ctx, hd.EnvironmentID, hd.Revision)
+			if err != nil {
+				h.cfg.Logger.Warn("loading a revision for an agent", "environment", hd.EnvironmentID, "revision", hd.Revision, "err", err)
+				continue
+			}
+			if frame, err = Encode(TypeDesiredState, key, ds); err != nil {
+				continue
+			}
+			if fetched != nil {
+				fetched.Store(key, frame)
+			}
+		}
+		// A desired state carries opened secrets: only to a credential that
+		// is valid now, not merely at the upgrade.
+		if err := h.recheck(ctx, ac); err != nil {
+			if errors.Is(err, ErrUnavailable) {
+				h.cfg.Logger.Warn("cannot check an agent's credential; its desired state waits", "server", ac.peer.Name, "err", err)
+			}
+			return
+		}
+		if err := ac.c.send(frame); err != nil {
+			return
+		}
+		ac.mu.Lock()
+		if hd.Revision > ac.sent[hd.EnvironmentID] {
+			ac.sent[hd.EnvironmentID] = hd.Revision
+		}
+		ac.mu.Unlock()
+	}
+}
+
+// Deliver sends the given heads to the connected agents of their clusters:
+// for revisions whose recording this replica was told of.
+func (h *Hub) Deliver(ctx context.Context, heads map[string][]Head) {
+	h.mu.Lock()
+	var conns []*agentConn
+	for _, ac := range h.conns {
+		if _, ok := heads[ac.peer.ClusterID]; ok {
+			conns = append(conns, ac)
+		}
+	}
+	h.mu.Unlock()
+	var fetched sync.Map
+	var wg sync.WaitGroup
+	for _, ac := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.deliver(ctx, ac, heads[ac.peer.ClusterID], &fetched)
+		}()
+	}
+	wg.Wait()
+}
+
+// Refresh sends every connected agent the revisions it does not have: called
+// when revisions were recorded, on this replica or another.
+func (h *Hub) Refresh(ctx context.Context) error {
+	h.mu.Lock()
+	conns := make([]*agentConn, 0, len(h.conns))
+	clusters := map[string]bool{}
+	for _, ac := range h.conns {
+		conns = append(conns, ac)
+		clusters[ac.peer.ClusterID] = true
+	}
+	h.mu.Unlock()
+	if len(conns) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(clusters))
+	for id := range clusters {
+		ids = append(ids, id)
+	}
+	heads, err := h.cfg.Heads(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("looking up the latest revisions: %w", err)
+	}
+	var fetched sync.Map
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, ac := range conns {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			h.deliver(ctx, ac, heads[ac.peer.ClusterID], &fetched)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
