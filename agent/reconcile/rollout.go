@@ -9,26 +9,28 @@ import (
 	"time"
 
 	"github.com/nebulactrl/nebulactrl/desiredstate"
+	"github.com/nebulactrl/nebulactrl/transport"
 )
 
-// Rollout stages, in order. They are the agent protocol's stage names.
+// Rollout stages, in order: the agent protocol's stage names, defined once
+// in transport.
 const (
 	// StageStarting: the release's Secret and Deployments are applied, next
 	// to the serving release's objects.
-	StageStarting = "starting"
+	StageStarting = transport.StageStarting
 	// StageProbing: waiting until every process Deployment of the release
 	// has all its pods ready with its current spec.
-	StageProbing = "probing"
+	StageProbing = transport.StageProbing
 	// StageSwitching: the Service's selector moves to the release (a
 	// service without a port switches trivially).
-	StageSwitching = "switching"
+	StageSwitching = transport.StageSwitching
 	// StageRetiring: the old releases keep running for the retire grace
 	// period after the switch, then their Deployments and Secrets are
 	// deleted.
-	StageRetiring = "retiring"
+	StageRetiring = transport.StageRetiring
 	// StageSucceeded: the release serves and nothing of an older one is
 	// left.
-	StageSucceeded = "succeeded"
+	StageSucceeded = transport.StageSucceeded
 )
 
 // Stages are the rollout stages in order.
