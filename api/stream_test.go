@@ -6,19 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -46,18 +39,8 @@ type rollout struct {
 	cmd     *command.Handler
 }
 
-func startRegistry(t *testing.T) string {
-	t.Helper()
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(reg.Close)
-	host := strings.TrimPrefix(reg.URL, "http://")
-	img, err := random.Image(256, 1)
-	require.NoError(t, err)
-	tag, err := name.NewTag(host+"/api:v1", name.Insecure)
-	require.NoError(t, err)
-	require.NoError(t, remote.Write(tag, img, remote.WithContext(t.Context())))
-	return host
-}
+// startRegistry is an in-process registry holding api:v1.
+func startRegistry(t *testing.T) string { return servertest.Registry(t) }
 
 func newRollout(t *testing.T) *rollout {
 	t.Helper()

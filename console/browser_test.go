@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,10 +17,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/agentbin"
@@ -51,20 +45,8 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// startRegistry runs a real image registry in process with one image,
-// api:v1, for the control plane to resolve tags against.
-func startRegistry(t *testing.T) string {
-	t.Helper()
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(reg.Close)
-	host := strings.TrimPrefix(reg.URL, "http://")
-	img, err := random.Image(256, 1)
-	require.NoError(t, err)
-	tag, err := name.NewTag(host+"/api:v1", name.Insecure)
-	require.NoError(t, err)
-	require.NoError(t, remote.Write(tag, img, remote.WithContext(t.Context())))
-	return host
-}
+// startRegistry is an in-process registry holding api:v1.
+func startRegistry(t *testing.T) string { return servertest.Registry(t) }
 
 // apiCall is a plain API request, for what the test sets up outside the
 // browser (users) and checks behind it.

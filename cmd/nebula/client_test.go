@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,10 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
 
@@ -111,20 +105,8 @@ func runAudit(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	return app.RunContext(ctx, args)
 }
 
-// startRegistry runs go-containerregistry's registry in-process with one
-// random image pushed as HOST/api:v1, and returns HOST.
-func startRegistry(t *testing.T) string {
-	t.Helper()
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(reg.Close)
-	host := strings.TrimPrefix(reg.URL, "http://")
-	img, err := random.Image(256, 1)
-	require.NoError(t, err)
-	tag, err := name.NewTag(host+"/api:v1", name.Insecure)
-	require.NoError(t, err)
-	require.NoError(t, remote.Write(tag, img, remote.WithContext(t.Context())))
-	return host
-}
+// startRegistry is an in-process registry holding api:v1.
+func startRegistry(t *testing.T) string { return servertest.Registry(t) }
 
 // TestClientCommands drives the command-line client against a real control
 // plane on a real PostgreSQL and a real (in-process) image registry. It sets
