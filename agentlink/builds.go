@@ -11,6 +11,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/query"
 	"github.com/nebulactrl/nebulactrl/telemetry"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -53,33 +54,12 @@ func (l *Link) OnBuildLogs(ctx context.Context, p transport.Peer, lg transport.B
 // while a connection was being made, or a change another replica made,
 // arrives all the same.
 func (l *Link) DeliverBuilds(ctx context.Context, wake <-chan struct{}) error {
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	var last time.Time
-	// A wake within deliverBuildsEvery of the last look is deferred to the
-	// end of that interval, never dropped: the wake of a build's start
-	// comes a few milliseconds after the wakes of its delivery and queue.
-	var deferred <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-wake:
-			if wait := deliverBuildsEvery - time.Since(last); wait > 0 {
-				if deferred == nil {
-					deferred = time.After(wait)
-				}
-				continue
-			}
-		case <-deferred:
-		case <-tick.C:
-		}
-		deferred = nil
-		last = time.Now()
+	eventstore.Throttle(ctx, wake, deliverBuildsEvery, 2*time.Second, func(ctx context.Context) {
 		if err := l.deliverBuilds(ctx); err != nil && ctx.Err() == nil {
 			l.cfg.Logger.Warn("delivering builds", "err", err)
 		}
-	}
+	})
+	return nil
 }
 
 // deliverBuildsEvery bounds how often wakes make DeliverBuilds read the

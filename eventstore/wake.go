@@ -174,3 +174,33 @@ func (w *Waker) outbox(ctx context.Context) {
 func jitter(d time.Duration) time.Duration {
 	return d/2 + time.Duration(time.Now().UnixNano()%int64(d/2+1))
 }
+
+// Throttle calls look whenever wake fires, at most once every `every`, and
+// every `poll` without a wake, until ctx ends. A wake inside the interval is
+// deferred to its end, never dropped: wakes come in bursts (each append,
+// each projected batch), and the one that matters is often the last of a
+// burst.
+func Throttle(ctx context.Context, wake <-chan struct{}, every, poll time.Duration, look func(context.Context)) {
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	var last time.Time
+	var deferred <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+			if wait := every - time.Since(last); wait > 0 {
+				if deferred == nil {
+					deferred = time.After(wait)
+				}
+				continue
+			}
+		case <-deferred:
+		case <-tick.C:
+		}
+		deferred = nil
+		last = time.Now()
+		look(ctx)
+	}
+}

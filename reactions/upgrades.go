@@ -222,39 +222,19 @@ func (r *Reactions) send(ctx context.Context, serverID string, u AgentUpgrade) e
 // with every change, and a burst of changes must not become a burst of
 // reads) and every few seconds.
 func (r *Reactions) DeliverUpgrades(ctx context.Context, connected func() []string, wake <-chan struct{}) error {
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	var last time.Time
-	// A wake within deliverEvery of the last look is deferred to the end
-	// of that interval, not dropped (it would wait for the next tick).
-	var deferred <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-wake:
-			if wait := deliverEvery - time.Since(last); wait > 0 {
-				if deferred == nil {
-					deferred = time.After(wait)
-				}
-				continue
-			}
-		case <-deferred:
-		case <-tick.C:
-		}
-		deferred = nil
-		last = time.Now()
+	eventstore.Throttle(ctx, wake, deliverEvery, 2*time.Second, func(ctx context.Context) {
 		if r.cfg.Upgrades.Sender == nil {
-			continue
+			return
 		}
 		ids := connected()
 		if len(ids) == 0 {
-			continue
+			return
 		}
 		if err := r.deliverPending(ctx, ids); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Warn("reactions: delivering pending agent upgrades", "err", err)
 		}
-	}
+	})
+	return nil
 }
 
 // deliverEvery is how often, at most, a wake makes DeliverUpgrades look.
