@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"context"
 	"maps"
 	"slices"
@@ -195,41 +194,11 @@ func (a *Agent) streamLogs(ctx context.Context, pod corev1.Pod, container, env s
 	defer stream.Close()
 	rel, _ := strconv.Atoi(pod.Labels[releaseKey])
 	batch := transport.Logs{EnvironmentID: env, Service: pod.Labels[serviceKey], Release: rel, Pod: pod.Name, Container: container}
-	lines := make(chan transport.LogLine, 256)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stream)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			lines <- transport.ParseLogLine(sc.Text())
-		}
-	}()
-	flush := func() {
-		if len(batch.Lines) > 0 {
-			a.report(transport.TypeLogs, batch)
-			batch.Lines = nil
-		}
-	}
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			flush()
-			return
-		case l, ok := <-lines:
-			if !ok {
-				flush()
-				return
-			}
-			batch.Lines = append(batch.Lines, l)
-			if len(batch.Lines) >= 200 {
-				flush()
-			}
-		case <-tick.C:
-			flush()
-		}
-	}
+	transport.BatchLines(ctx, stream, time.Second, 200, nil, func(lines []transport.LogLine) {
+		b := batch
+		b.Lines = lines
+		a.report(transport.TypeLogs, b)
+	})
 }
 
 func sortedKeys(m map[string]string) []string {

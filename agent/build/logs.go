@@ -1,7 +1,6 @@
 package build
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"sync"
@@ -106,47 +105,9 @@ func (r *Runner) streamLogs(ctx context.Context, st *stream, id, namespace, pod,
 	}
 	defer body.Close()
 
-	lines := make(chan transport.LogLine, 256)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(body)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			select {
-			case lines <- transport.ParseLogLine(sc.Text()):
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	batch := transport.BuildLogs{BuildID: id, Container: container}
-	flush := func() {
-		if len(batch.Lines) > 0 {
-			r.cfg.Logs(batch)
-			batch.Lines = nil
-		}
-	}
-	tick := time.NewTicker(batchEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			flush()
-			return
-		case l, ok := <-lines:
-			if !ok {
-				flush()
-				return
-			}
-			batch.Lines = append(batch.Lines, l)
-			st.keep(l.Text)
-			if len(batch.Lines) >= batchLines {
-				flush()
-			}
-		case <-tick.C:
-			flush()
-		}
-	}
+	transport.BatchLines(ctx, body, batchEvery, batchLines, func(l transport.LogLine) { st.keep(l.Text) }, func(lines []transport.LogLine) {
+		r.cfg.Logs(transport.BuildLogs{BuildID: id, Container: container, Lines: lines})
+	})
 }
 
 func (st *stream) keep(line string) {
