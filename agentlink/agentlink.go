@@ -61,6 +61,11 @@ type Link struct {
 	// OnUpgradeResult is told of each agent's answer to an agent_upgrade
 	// (set it before the hub serves).
 	OnUpgradeResult func(ctx context.Context, serverID string, r transport.AgentUpgradeResult)
+	// builtSets are the sets of builds made for each cluster, by their key
+	// (DeliverBuilds' goroutine alone uses it): a set is made again, with
+	// its credentials read and opened, only when the cluster's builds
+	// change, not at every look.
+	builtSets map[string]builtSet
 }
 
 // ErrServerOffline means the server has no live connection to this

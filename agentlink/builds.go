@@ -84,23 +84,35 @@ func (l *Link) deliverBuilds(ctx context.Context) error {
 	for _, b := range running {
 		byCluster[b.ClusterID] = append(byCluster[b.ClusterID], b)
 	}
-	sets := map[string]transport.Builds{}
-	keys := map[string]string{}
+	fresh := map[string]builtSet{}
 	for _, p := range peers {
-		set, ok := sets[p.ClusterID]
+		bs, ok := fresh[p.ClusterID]
 		if !ok {
-			set, err = l.buildSet(ctx, byCluster[p.ClusterID])
-			if err != nil {
-				return err
+			key := buildsKey(byCluster[p.ClusterID])
+			bs, ok = l.builtSets[p.ClusterID]
+			if !ok || bs.key != key {
+				set, err := l.buildSet(ctx, byCluster[p.ClusterID])
+				if err != nil {
+					return err
+				}
+				bs = builtSet{key: key, set: set}
 			}
-			sets[p.ClusterID], keys[p.ClusterID] = set, buildsKey(byCluster[p.ClusterID])
+			fresh[p.ClusterID] = bs
 		}
-		err := h.SendBuilds(ctx, p.ServerID, keys[p.ClusterID], set)
+		err := h.SendBuilds(ctx, p.ServerID, bs.key, bs.set)
 		if err != nil && !errors.Is(err, transport.ErrNotConnected) && !errors.Is(err, transport.ErrNoBuilds) {
 			l.cfg.Logger.Warn("sending builds", "server", p.Name, "err", err)
 		}
 	}
+	// Kept for the next look: the clusters connected here now.
+	l.builtSets = fresh
 	return nil
+}
+
+// builtSet is the set of builds made for a cluster, and its key.
+type builtSet struct {
+	key string
+	set transport.Builds
 }
 
 // buildsKey names a set of builds: what the agent is sent changes with it.
