@@ -21,13 +21,13 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/agent"
 	"github.com/nebulactrl/nebulactrl/agent/build"
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
-	"github.com/nebulactrl/nebulactrl/install"
-	"github.com/nebulactrl/nebulactrl/k8stest"
-	"github.com/nebulactrl/nebulactrl/query"
-	"github.com/nebulactrl/nebulactrl/servertest"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
+	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 )
 
 // TestPushToDeploy is a push to deployment on the test API server with the
@@ -48,21 +48,21 @@ func TestPushToDeploy(t *testing.T) {
 	srv := servertest.Start(t, servertest.Options{Listen: freeAddr(t)})
 	rc, err := client.New(srv.URL, srv.Setup(t, "alice@example.com", "acme"))
 	require.NoError(t, err)
-	cluster, err := rc.CreateCluster(ctx, "acme", api.CreateClusterRequest{Name: "eu-1"})
+	cluster, err := rc.CreateCluster(ctx, "acme", httpapi.CreateClusterRequest{Name: "eu-1"})
 	require.NoError(t, err)
-	manifest, err := install.Manifest(install.Options{ControlPlaneURL: srv.URL, JoinToken: cluster.JoinToken.Token, Image: install.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
+	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: srv.URL, JoinToken: cluster.JoinToken.Token, Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
 	applyManifest(t, admin, manifest)
 	startAgent(t, k, srv.URL, cluster.JoinToken.Token, "nebulactrl-agent-0", func(c *agent.Config) {
-		c.Builds = &build.Config{Namespace: install.BuildNamespace, PushRegistry: install.RegistryPushAddress, NodeRegistry: install.RegistryNodeAddress}
+		c.Builds = &build.Config{Namespace: agentinstall.BuildNamespace, PushRegistry: agentinstall.RegistryPushAddress, NodeRegistry: agentinstall.RegistryNodeAddress}
 	})
 
 	_, err = rc.CreateProject(ctx, "acme", "shop")
 	require.NoError(t, err)
-	_, err = rc.CreateEnvironment(ctx, "acme", "shop", api.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"})
+	_, err = rc.CreateEnvironment(ctx, "acme", "shop", httpapi.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"})
 	require.NoError(t, err)
 	port := 8080
-	_, err = rc.CreateService(ctx, "acme", "shop", api.ServiceRequest{Name: "web", GitURL: "https://github.com/Codertocat/Hello-World", GitBranch: "master", Port: &port})
+	_, err = rc.CreateService(ctx, "acme", "shop", httpapi.ServiceRequest{Name: "web", GitURL: "https://github.com/Codertocat/Hello-World", GitBranch: "master", Port: &port})
 	require.NoError(t, err)
 	hook, err := rc.RotateWebhook(ctx, "acme", "shop")
 	require.NoError(t, err)
@@ -114,7 +114,7 @@ func TestPushToDeploy(t *testing.T) {
 		return b
 	}
 	jobOf := func(id string) (bool, error) {
-		jobs, err := admin.BatchV1().Jobs(install.BuildNamespace).List(ctx, metav1.ListOptions{LabelSelector: build.BuildIDLabel + "=" + id})
+		jobs, err := admin.BatchV1().Jobs(agentinstall.BuildNamespace).List(ctx, metav1.ListOptions{LabelSelector: build.BuildIDLabel + "=" + id})
 		if err != nil {
 			return false, err
 		}
@@ -142,11 +142,11 @@ func TestPushToDeploy(t *testing.T) {
 		"the agent starts the build's Job in nebula-build")
 	b := waitBuild(first.ID, "succeeded")
 	require.Equal(t, k8stest.BuildDigest, b.Digest)
-	require.Equal(t, install.RegistryNodeAddress+"/shop/web", b.Image)
-	want := install.RegistryNodeAddress + "/shop/web@" + k8stest.BuildDigest
+	require.Equal(t, agentinstall.RegistryNodeAddress+"/shop/web", b.Image)
+	want := agentinstall.RegistryNodeAddress + "/shop/web@" + k8stest.BuildDigest
 	require.Eventually(t, func() bool { return imageOf() == want }, 60*time.Second, 200*time.Millisecond, "the build's image is deployed")
 	endpoints := k.WatchEndpoints(t, ns, "web")
-	var deps []api.DeploymentView
+	var deps []httpapi.DeploymentView
 	require.Eventually(t, func() bool {
 		deps, err = rc.Deployments(ctx, "acme", "shop", "staging", "web", 0)
 		require.NoError(t, err)

@@ -30,13 +30,13 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/agent"
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
-	"github.com/nebulactrl/nebulactrl/install"
-	"github.com/nebulactrl/nebulactrl/install/installtest"
-	"github.com/nebulactrl/nebulactrl/k8stest"
-	"github.com/nebulactrl/nebulactrl/pgtest"
-	"github.com/nebulactrl/nebulactrl/servertest"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
+	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -93,7 +93,7 @@ type runningAgent struct {
 
 // agentBinding is what the install manifest has the agent bind in each
 // namespace it creates.
-var agentBinding = &reconcile.Binding{ClusterRole: install.WorkloadRole, Namespace: install.AgentNamespace, ServiceAccount: install.AgentName}
+var agentBinding = &reconcile.Binding{ClusterRole: agentinstall.WorkloadRole, Namespace: agentinstall.AgentNamespace, ServiceAccount: agentinstall.AgentName}
 
 // startAgent runs an agent replica with the test's short timings (a 1 s
 // retire grace among them).
@@ -101,9 +101,9 @@ func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string, m
 	t.Helper()
 	// The agent authenticates as the manifest's service account: its RBAC is
 	// what is exercised.
-	cs, err := kubernetes.NewForConfig(k.ServiceAccountConfig(t, install.AgentNamespace, install.AgentName))
+	cs, err := kubernetes.NewForConfig(k.ServiceAccountConfig(t, agentinstall.AgentNamespace, agentinstall.AgentName))
 	require.NoError(t, err)
-	store := agent.SecretStore{Client: cs, Namespace: install.AgentNamespace, Name: name + "-credential"}
+	store := agent.SecretStore{Client: cs, Namespace: agentinstall.AgentNamespace, Name: name + "-credential"}
 	ctx, cancel := context.WithCancel(context.Background())
 	cred, err := store.Load(ctx)
 	require.NoError(t, err)
@@ -117,7 +117,7 @@ func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string, m
 		Link:     transport.ClientConfig{URL: url, Credential: cred, AllowPlain: true, MinBackoff: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Heartbeat: time.Second},
 		Client:   cs,
 		Version:  "1.0.0",
-		Identity: name, LeaseNamespace: install.AgentNamespace, LeaseName: install.AgentName,
+		Identity: name, LeaseNamespace: agentinstall.AgentNamespace, LeaseName: agentinstall.AgentName,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		ReportEvery: time.Second, RetireGrace: time.Second,
 		Binding: agentBinding,
@@ -175,9 +175,9 @@ func TestEndToEnd(t *testing.T) {
 	srv := servertest.Start(t, servertest.Options{Insecure: []string{host}, Listen: addr})
 	c := cp{t: t, url: srv.URL, token: srv.Setup(t, "root@example.com", "acme")}
 
-	var cluster api.ClusterResponse
+	var cluster httpapi.ClusterResponse
 	require.Equal(t, 201, c.do("POST", "/clusters", map[string]string{"name": "eu-1"}, &cluster))
-	manifest, err := install.Manifest(install.Options{ControlPlaneURL: srv.URL, JoinToken: cluster.JoinToken.Token, Image: install.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
+	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: srv.URL, JoinToken: cluster.JoinToken.Token, Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
 	applyManifest(t, admin, manifest)
 
@@ -333,7 +333,7 @@ func TestEndToEnd(t *testing.T) {
 	stopped := time.Now()
 	time.Sleep(3 * time.Second)
 	for _, a := range []*runningAgent{a0, a1} {
-		require.Empty(t, workloadWrites(k.WritesBy(t, k8stest.ServiceAccountUser(install.AgentNamespace, install.AgentName), stopped)),
+		require.Empty(t, workloadWrites(k.WritesBy(t, k8stest.ServiceAccountUser(agentinstall.AgentNamespace, agentinstall.AgentName), stopped)),
 			"agent %s changed the cluster while the control plane was down", a.name)
 	}
 	require.True(t, ready("api-web-r1") && ready("worker-web-r2"))
@@ -377,10 +377,10 @@ func TestManifestRBACWithoutOneRule(t *testing.T) {
 	k := k8stest.Start(t, k8stest.Options{Nodes: 1})
 	admin := k.Client(t)
 	ctx := context.Background()
-	manifest, err := install.Manifest(install.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_x", Image: install.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
+	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_x", Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
 	applyManifest(t, admin, manifest)
-	role, err := admin.RbacV1().ClusterRoles().Get(ctx, install.WorkloadRole, metav1.GetOptions{})
+	role, err := admin.RbacV1().ClusterRoles().Get(ctx, agentinstall.WorkloadRole, metav1.GetOptions{})
 	require.NoError(t, err)
 	var kept []rbacv1.PolicyRule
 	for _, r := range role.Rules {
@@ -394,7 +394,7 @@ func TestManifestRBACWithoutOneRule(t *testing.T) {
 	_, err = admin.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
 	require.NoError(t, err)
 
-	cs, err := kubernetes.NewForConfig(k.ServiceAccountConfig(t, install.AgentNamespace, install.AgentName))
+	cs, err := kubernetes.NewForConfig(k.ServiceAccountConfig(t, agentinstall.AgentNamespace, agentinstall.AgentName))
 	require.NoError(t, err)
 	r, err := reconcile.New(reconcile.Config{Client: cs, Binding: agentBinding})
 	require.NoError(t, err)

@@ -21,8 +21,8 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
-	"github.com/nebulactrl/nebulactrl/install"
-	"github.com/nebulactrl/nebulactrl/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
+	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 )
 
 // The install manifest on a real API server (RBAC, Pod Security Admission,
@@ -36,33 +36,33 @@ func TestInstallOnARealAPIServer(t *testing.T) {
 	k := k8stest.Start(t, k8stest.Options{Nodes: 1})
 	admin := k.Client(t)
 	ctx := context.Background()
-	manifest, err := install.Manifest(install.Options{ControlPlaneURL: "https://nebula.example.com", WithoutToken: true, Image: install.DefaultImage("1.0.0"),
+	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: "https://nebula.example.com", WithoutToken: true, Image: agentinstall.DefaultImage("1.0.0"),
 		CABundle: "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n", Cluster: "acme/eu-1"})
 	require.NoError(t, err)
 	applyManifest(t, admin, manifest)
-	sa, err := kubernetes.NewForConfig(k.ServiceAccountConfig(t, install.AgentNamespace, install.AgentName))
+	sa, err := kubernetes.NewForConfig(k.ServiceAccountConfig(t, agentinstall.AgentNamespace, agentinstall.AgentName))
 	require.NoError(t, err)
-	agentUser := k8stest.ServiceAccountUser(install.AgentNamespace, install.AgentName)
+	agentUser := k8stest.ServiceAccountUser(agentinstall.AgentNamespace, agentinstall.AgentName)
 
 	t.Run("pods pass Pod Security restricted", func(t *testing.T) {
-		ns, err := admin.CoreV1().Namespaces().Get(ctx, install.AgentNamespace, metav1.GetOptions{})
+		ns, err := admin.CoreV1().Namespaces().Get(ctx, agentinstall.AgentNamespace, metav1.GetOptions{})
 		require.NoError(t, err)
 		require.Equal(t, "restricted", ns.Labels["pod-security.kubernetes.io/enforce"])
 		// The admission plugin is on: a pod as root is refused there.
-		rootPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: install.AgentNamespace},
+		rootPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: agentinstall.AgentNamespace},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1"}}}}
-		_, err = admin.CoreV1().Pods(install.AgentNamespace).Create(ctx, rootPod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err = admin.CoreV1().Pods(agentinstall.AgentNamespace).Create(ctx, rootPod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.ErrorContains(t, err, "violates PodSecurity", "the API server enforces Pod Security")
 
-		sts, err := admin.AppsV1().StatefulSets(install.AgentNamespace).Get(ctx, install.AgentName, metav1.GetOptions{})
+		sts, err := admin.AppsV1().StatefulSets(agentinstall.AgentNamespace).Get(ctx, agentinstall.AgentName, metav1.GetOptions{})
 		require.NoError(t, err)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-dry-run", Namespace: install.AgentNamespace, Labels: sts.Spec.Template.Labels},
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-dry-run", Namespace: agentinstall.AgentNamespace, Labels: sts.Spec.Template.Labels},
 			Spec: sts.Spec.Template.Spec}
-		_, err = admin.CoreV1().Pods(install.AgentNamespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err = admin.CoreV1().Pods(agentinstall.AgentNamespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		require.NoError(t, err, "the agent's pod is admitted under restricted")
 		// And the StatefulSet's own pods are created and run.
 		require.Eventually(t, func() bool {
-			pods, err := admin.CoreV1().Pods(install.AgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + install.AgentName})
+			pods, err := admin.CoreV1().Pods(agentinstall.AgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + agentinstall.AgentName})
 			if err != nil || len(pods.Items) != 2 {
 				return false
 			}
@@ -80,7 +80,7 @@ func TestInstallOnARealAPIServer(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err := sa.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "unlabelled"}},
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil && strings.Contains(err.Error(), install.ManagedByLabel)
+		return err != nil && strings.Contains(err.Error(), agentinstall.ManagedByLabel)
 	}, 30*time.Second, 100*time.Millisecond, "the admission policy is enforced")
 
 	t.Run("nothing outside its namespaces", func(t *testing.T) {
@@ -111,11 +111,11 @@ func TestInstallOnARealAPIServer(t *testing.T) {
 			{"", "delete", "", "namespaces", false},
 			{"", "escalate", "rbac.authorization.k8s.io", "clusterroles", false},
 			{"", "create", "rbac.authorization.k8s.io", "clusterrolebindings", false},
-			{install.AgentNamespace, "get", "", "secrets", true},
+			{agentinstall.AgentNamespace, "get", "", "secrets", true},
 			{"", "list", "", "nodes", true},
 		} {
 			sar, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-				User: agentUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + install.AgentNamespace, "system:authenticated"},
+				User: agentUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + agentinstall.AgentNamespace, "system:authenticated"},
 				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: tc.ns, Verb: tc.verb, Group: tc.group, Resource: tc.resource}}}, metav1.CreateOptions{})
 			require.NoError(t, err)
 			require.Equal(t, tc.allowed, sar.Status.Allowed, "%s %s/%s in %q", tc.verb, tc.group, tc.resource, tc.ns)
@@ -135,24 +135,24 @@ func TestInstallOnARealAPIServer(t *testing.T) {
 				Subjects: []rbacv1.Subject{subject}}, metav1.CreateOptions{})
 			return err
 		}
-		self := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: install.AgentNamespace, Name: install.AgentName}
-		require.ErrorContains(t, bind("kube-system", install.WorkloadRole, self), "only in namespaces labelled")
-		require.ErrorContains(t, bind("default", install.WorkloadRole, self), "only in namespaces labelled")
+		self := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: agentinstall.AgentNamespace, Name: agentinstall.AgentName}
+		require.ErrorContains(t, bind("kube-system", agentinstall.WorkloadRole, self), "only in namespaces labelled")
+		require.ErrorContains(t, bind("default", agentinstall.WorkloadRole, self), "only in namespaces labelled")
 		_, err = sa.CoreV1().Namespaces().Patch(ctx, "kube-system", types.MergePatchType,
-			[]byte(`{"metadata":{"labels":{"`+install.ManagedByLabel+`":"`+install.ManagedByValue+`"}}}`), metav1.PatchOptions{})
+			[]byte(`{"metadata":{"labels":{"`+agentinstall.ManagedByLabel+`":"`+agentinstall.ManagedByValue+`"}}}`), metav1.PatchOptions{})
 		require.ErrorContains(t, err, "changes only namespaces labelled")
 		_, err = sa.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "unlabelled"}}, metav1.CreateOptions{})
-		require.ErrorContains(t, err, install.ManagedByLabel)
+		require.ErrorContains(t, err, agentinstall.ManagedByLabel)
 		require.NoError(t, bindFails(ctx, admin, "kube-system"), "nothing was bound in kube-system")
 
 		// In a namespace it manages, only its workload role, only to itself.
 		_, err = sa.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "acme-managed",
-			Labels: map[string]string{install.ManagedByLabel: install.ManagedByValue}}}, metav1.CreateOptions{})
+			Labels: map[string]string{agentinstall.ManagedByLabel: agentinstall.ManagedByValue}}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		require.True(t, apierrors.IsForbidden(bind("acme-managed", "cluster-admin", self)), "binding another role is an escalation")
-		require.ErrorContains(t, bind("acme-managed", install.WorkloadRole, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "acme-managed", Name: "default"}),
+		require.ErrorContains(t, bind("acme-managed", agentinstall.WorkloadRole, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "acme-managed", Name: "default"}),
 			"only to itself")
-		require.ErrorContains(t, bind("acme-managed", install.WorkloadRole, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}),
+		require.ErrorContains(t, bind("acme-managed", agentinstall.WorkloadRole, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}),
 			"only to itself")
 	})
 
@@ -183,9 +183,9 @@ func TestInstallOnARealAPIServer(t *testing.T) {
 		staging := doc("00000000-0000-4000-8000-000000000003", "staging")
 		applied(r, 1, staging)
 		ns := staging.Environment.Namespace
-		rb, err := admin.RbacV1().RoleBindings(ns).Get(ctx, install.WorkloadRole, metav1.GetOptions{})
+		rb, err := admin.RbacV1().RoleBindings(ns).Get(ctx, agentinstall.WorkloadRole, metav1.GetOptions{})
 		require.NoError(t, err, "the agent bound its role in the namespace it created")
-		require.Equal(t, install.WorkloadRole, rb.RoleRef.Name)
+		require.Equal(t, agentinstall.WorkloadRole, rb.RoleRef.Name)
 		sec, err := sa.CoreV1().Secrets(ns).Get(ctx, "api-r1", metav1.GetOptions{})
 		require.NoError(t, err)
 		require.Equal(t, "s3cret", string(sec.Data["TOKEN"]))
@@ -197,7 +197,7 @@ func TestInstallOnARealAPIServer(t *testing.T) {
 		require.NoError(t, err)
 		prod := doc("00000000-0000-4000-8000-000000000005", "prod")
 		applied(old, 1, prod)
-		_, err = admin.RbacV1().RoleBindings(prod.Environment.Namespace).Get(ctx, install.WorkloadRole, metav1.GetOptions{})
+		_, err = admin.RbacV1().RoleBindings(prod.Environment.Namespace).Get(ctx, agentinstall.WorkloadRole, metav1.GetOptions{})
 		require.True(t, apierrors.IsNotFound(err))
 		prod.Services[0].Variables[0].Value = "rotated"
 		prod.Services[0].Release = &desiredstate.Release{ID: "r2", Number: 2, Image: prod.Services[0].Release.Image}
@@ -208,7 +208,7 @@ func TestInstallOnARealAPIServer(t *testing.T) {
 
 		// A binding that fails leaves the namespace to be done again: the
 		// next reconcile binds.
-		role, err := admin.RbacV1().ClusterRoles().Get(ctx, install.AgentName, metav1.GetOptions{})
+		role, err := admin.RbacV1().ClusterRoles().Get(ctx, agentinstall.AgentName, metav1.GetOptions{})
 		require.NoError(t, err)
 		full := role.DeepCopy()
 		var kept []rbacv1.PolicyRule
@@ -226,13 +226,13 @@ func TestInstallOnARealAPIServer(t *testing.T) {
 			return err != nil && strings.Contains(err.Error(), "forbidden")
 		}, 30*time.Second, 200*time.Millisecond, "without the right to bind, the namespace's reconcile fails")
 		full.ResourceVersion = ""
-		current, err := admin.RbacV1().ClusterRoles().Get(ctx, install.AgentName, metav1.GetOptions{})
+		current, err := admin.RbacV1().ClusterRoles().Get(ctx, agentinstall.AgentName, metav1.GetOptions{})
 		require.NoError(t, err)
 		current.Rules = full.Rules
 		_, err = admin.RbacV1().ClusterRoles().Update(ctx, current, metav1.UpdateOptions{})
 		require.NoError(t, err)
 		applied(r, 1, qa)
-		_, err = admin.RbacV1().RoleBindings(qa.Environment.Namespace).Get(ctx, install.WorkloadRole, metav1.GetOptions{})
+		_, err = admin.RbacV1().RoleBindings(qa.Environment.Namespace).Get(ctx, agentinstall.WorkloadRole, metav1.GetOptions{})
 		require.NoError(t, err)
 	})
 }

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nebulactrl/nebulactrl/desiredstate"
-	"github.com/nebulactrl/nebulactrl/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 

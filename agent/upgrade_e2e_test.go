@@ -28,12 +28,12 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nebulactrl/nebulactrl/agent/selfupdate"
-	"github.com/nebulactrl/nebulactrl/agentbin"
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/install"
-	"github.com/nebulactrl/nebulactrl/k8stest"
-	"github.com/nebulactrl/nebulactrl/servertest"
+	"github.com/nebulactrl/nebulactrl/internal/agentbin"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
+	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -393,7 +393,7 @@ func TestAgentUpgradesItself(t *testing.T) {
 	// off: this test sends each upgrade itself, in its own order.
 	code := (cp{t: t, url: srv.URL, token: token}).put("/api/v1/instance/settings", map[string]bool{"agentAutoUpgrade": false})
 	require.Equal(t, 200, code, "automatic upgrade turned off")
-	cluster, err := rc.CreateCluster(context.Background(), "acme", api.CreateClusterRequest{Name: "eu-1"})
+	cluster, err := rc.CreateCluster(context.Background(), "acme", httpapi.CreateClusterRequest{Name: "eu-1"})
 	require.NoError(t, err)
 	w := &upgradeWorld{t: t, srv: srv, db: db, joinToken: cluster.JoinToken.Token, k: k, serve: serve, bins: bins, binDir: binDir,
 		results: map[string]chan transport.AgentUpgradeResult{}, kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}
@@ -611,13 +611,13 @@ func TestAgentUpgradesItself(t *testing.T) {
 func inCluster(t *testing.T, w *upgradeWorld) {
 	ctx := context.Background()
 	admin := w.k.Client(t)
-	m, err := install.Manifest(install.Options{ControlPlaneURL: w.srv.URL, JoinToken: w.joinToken, Image: install.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
+	m, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: w.srv.URL, JoinToken: w.joinToken, Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
 	applyManifest(t, admin, m)
-	sts, err := admin.AppsV1().StatefulSets(install.AgentNamespace).Get(ctx, install.AgentName, metav1.GetOptions{})
+	sts, err := admin.AppsV1().StatefulSets(agentinstall.AgentNamespace).Get(ctx, agentinstall.AgentName, metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		pods, err := admin.CoreV1().Pods(install.AgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + install.AgentName})
+		pods, err := admin.CoreV1().Pods(agentinstall.AgentNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + agentinstall.AgentName})
 		return err == nil && len(pods.Items) == 2
 	}, 60*time.Second, 200*time.Millisecond, "the StatefulSet's pods are created under restricted")
 	spec := sts.Spec.Template.Spec
@@ -633,10 +633,10 @@ func inCluster(t *testing.T, w *upgradeWorld) {
 
 	image := t.TempDir() // the image's root filesystem: /nebulactrl-agent is 1.0.0
 	require.NoError(t, os.WriteFile(filepath.Join(image, "nebulactrl-agent"), w.bins["v1"], 0o755))
-	podName := install.AgentName + "-0"
-	env := map[string]string{"POD_NAME": podName, "POD_NAMESPACE": install.AgentNamespace, "SERVICE_ACCOUNT": spec.ServiceAccountName}
+	podName := agentinstall.AgentName + "-0"
+	env := map[string]string{"POD_NAME": podName, "POD_NAMESPACE": agentinstall.AgentNamespace, "SERVICE_ACCOUNT": spec.ServiceAccountName}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	writeKubeconfig(t, kubeconfig, w.k.ServiceAccountConfig(t, install.AgentNamespace, install.AgentName))
+	writeKubeconfig(t, kubeconfig, w.k.ServiceAccountConfig(t, agentinstall.AgentNamespace, agentinstall.AgentName))
 
 	// pod makes a pod's volumes (fresh directories) and returns the path
 	// mapping of its containers.
@@ -646,7 +646,7 @@ func inCluster(t *testing.T, w *upgradeWorld) {
 			dirs[v.Name] = t.TempDir()
 		}
 		// The join token Secret's volume.
-		require.NoError(t, os.WriteFile(filepath.Join(dirs["join"], install.JoinSecretKey), []byte(w.joinToken), 0o400))
+		require.NoError(t, os.WriteFile(filepath.Join(dirs["join"], agentinstall.JoinSecretKey), []byte(w.joinToken), 0o400))
 		mounts := map[string]string{}
 		for _, c := range []corev1.Container{initC, agentC} {
 			for _, vm := range c.VolumeMounts {
@@ -661,7 +661,7 @@ func inCluster(t *testing.T, w *upgradeWorld) {
 			}
 			return filepath.Join(image, p)
 		}
-		return mapPath, mapPath(install.PodBinary), mapPath(install.PodStateDir)
+		return mapPath, mapPath(agentinstall.PodBinary), mapPath(agentinstall.PodStateDir)
 	}
 	expand := func(s string) string {
 		for k, v := range env {
@@ -704,7 +704,7 @@ func inCluster(t *testing.T, w *upgradeWorld) {
 	}
 
 	sup, binary, state := start()
-	require.Equal(t, install.PodBinary, agentC.Command[0])
+	require.Equal(t, agentinstall.PodBinary, agentC.Command[0])
 	holds(binary, "v1")
 	st := w.waitConnected(podName, "1.0.0", sup)
 	w.serve.set(w.bins["v2"])

@@ -6,23 +6,23 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nebulactrl/nebulactrl/api"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // Setup creates the first user (the instance administrator) and
 // organisation; it needs no token and returns the user's first API token.
-func (c *Client) Setup(ctx context.Context, req api.SetupRequest) (api.SetupResponse, error) {
-	var out api.SetupResponse
+func (c *Client) Setup(ctx context.Context, req httpapi.SetupRequest) (httpapi.SetupResponse, error) {
+	var out httpapi.SetupResponse
 	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/setup", in: req, creating: true, public: true}, &out)
 	return out, err
 }
 
 // Login signs in with e-mail and password; it needs no token and returns a
 // session token.
-func (c *Client) Login(ctx context.Context, email, password string) (api.SessionResponse, error) {
-	var out api.SessionResponse
-	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/sessions", in: api.LoginRequest{Email: email, Password: password}, public: true}, &out)
+func (c *Client) Login(ctx context.Context, email, password string) (httpapi.SessionResponse, error) {
+	var out httpapi.SessionResponse
+	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/sessions", in: httpapi.LoginRequest{Email: email, Password: password}, public: true}, &out)
 	return out, err
 }
 
@@ -33,8 +33,8 @@ func (c *Client) Logout(ctx context.Context) error {
 }
 
 // Me says who the token belongs to.
-func (c *Client) Me(ctx context.Context) (api.MeResponse, error) {
-	var out api.MeResponse
+func (c *Client) Me(ctx context.Context) (httpapi.MeResponse, error) {
+	var out httpapi.MeResponse
 	_, err := c.call(ctx, request{method: http.MethodGet, path: "/api/v1/me"}, &out)
 	return out, err
 }
@@ -45,8 +45,8 @@ func (c *Client) Tokens(ctx context.Context) ([]query.Token, error) {
 }
 
 // CreateToken creates an API token; its secret is in the answer only.
-func (c *Client) CreateToken(ctx context.Context, req api.CreateTokenRequest) (api.CreatedToken, error) {
-	var out api.CreatedToken
+func (c *Client) CreateToken(ctx context.Context, req httpapi.CreateTokenRequest) (httpapi.CreatedToken, error) {
+	var out httpapi.CreatedToken
 	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/tokens", in: req, creating: true}, &out)
 	return out, err
 }
@@ -63,7 +63,7 @@ func (c *Client) Users(ctx context.Context) ([]query.User, error) {
 }
 
 // CreateUser adds a user (instance administrator).
-func (c *Client) CreateUser(ctx context.Context, req api.CreateUserRequest) (query.User, error) {
+func (c *Client) CreateUser(ctx context.Context, req httpapi.CreateUserRequest) (query.User, error) {
 	var out query.User
 	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/users", in: req, creating: true}, &out)
 	return out, err
@@ -77,7 +77,7 @@ func (c *Client) Settings(ctx context.Context) (query.InstanceSettings, error) {
 }
 
 // UpdateSettings changes the instance settings (instance administrator).
-func (c *Client) UpdateSettings(ctx context.Context, req api.SettingsRequest) (query.InstanceSettings, error) {
+func (c *Client) UpdateSettings(ctx context.Context, req httpapi.SettingsRequest) (query.InstanceSettings, error) {
 	var out query.InstanceSettings
 	_, err := c.call(ctx, request{method: http.MethodPatch, path: "/api/v1/instance/settings", in: req}, &out)
 	return out, err
@@ -106,7 +106,7 @@ type AuditQuery struct {
 }
 
 // Audit reads one page of the audit log.
-func (c *Client) Audit(ctx context.Context, q AuditQuery) (api.AuditPage, error) {
+func (c *Client) Audit(ctx context.Context, q AuditQuery) (httpapi.AuditPage, error) {
 	p := "/api/v1/audit"
 	if q.Org != "" {
 		p = path("/api/v1/orgs/%s/audit", q.Org)
@@ -130,7 +130,7 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) (api.AuditPage, error)
 	if q.Limit > 0 {
 		set("limit", strconv.Itoa(q.Limit))
 	}
-	var out api.AuditPage
+	var out httpapi.AuditPage
 	_, err := c.call(ctx, request{method: http.MethodGet, path: p, query: v}, &out)
 	return out, err
 }
@@ -143,7 +143,7 @@ func (c *Client) Organisations(ctx context.Context) ([]query.Organisation, error
 // CreateOrganisation creates an organisation owned by the caller.
 func (c *Client) CreateOrganisation(ctx context.Context, name string) (query.Organisation, error) {
 	var out query.Organisation
-	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/orgs", in: api.CreateOrganisationRequest{Name: name}, creating: true}, &out)
+	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/orgs", in: httpapi.CreateOrganisationRequest{Name: name}, creating: true}, &out)
 	return out, err
 }
 
@@ -163,7 +163,7 @@ func (c *Client) Members(ctx context.Context, org string) ([]query.Member, error
 func (c *Client) AddMember(ctx context.Context, org, email, role string) (query.Member, error) {
 	var out query.Member
 	_, err := c.call(ctx, request{method: http.MethodPost, path: path("/api/v1/orgs/%s/members", org),
-		in: api.AddMemberRequest{Email: email, Role: role}, creating: true}, &out)
+		in: httpapi.AddMemberRequest{Email: email, Role: role}, creating: true}, &out)
 	return out, err
 }
 
@@ -171,7 +171,7 @@ func (c *Client) AddMember(ctx context.Context, org, email, role string) (query.
 func (c *Client) ChangeMemberRole(ctx context.Context, org, userID, role string) (query.Member, error) {
 	var out query.Member
 	_, err := c.call(ctx, request{method: http.MethodPatch, path: path("/api/v1/orgs/%s/members/%s", org, userID),
-		in: api.ChangeRoleRequest{Role: role}}, &out)
+		in: httpapi.ChangeRoleRequest{Role: role}}, &out)
 	return out, err
 }
 

@@ -6,14 +6,14 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/nebulactrl/nebulactrl/api"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // DeployWith deploys as the request says: an image, or (a Git service) the
 // tracked branch's head or a commit, which builds first.
-func (c *Client) DeployWith(ctx context.Context, org, project, env, service string, req api.DeployRequest) (api.DeployResponse, error) {
-	var out api.DeployResponse
+func (c *Client) DeployWith(ctx context.Context, org, project, env, service string, req httpapi.DeployRequest) (httpapi.DeployResponse, error) {
+	var out httpapi.DeployResponse
 	_, err := c.call(ctx, request{method: http.MethodPost, path: levelPath(org, project, env, service) + "/deployments",
 		in: req, creating: true}, &out)
 	return out, err
@@ -45,7 +45,7 @@ func (c *Client) CancelBuild(ctx context.Context, org, id string) (query.Build, 
 
 // BuildLogs reads a page of a build's output after cursor ("": from the
 // first line); the page's Next is where to follow from.
-func (c *Client) BuildLogs(ctx context.Context, org, id, cursor string, limit int) (api.BuildLogPage, error) {
+func (c *Client) BuildLogs(ctx context.Context, org, id, cursor string, limit int) (httpapi.BuildLogPage, error) {
 	q := url.Values{}
 	if cursor != "" {
 		q.Set("cursor", cursor)
@@ -53,22 +53,22 @@ func (c *Client) BuildLogs(ctx context.Context, org, id, cursor string, limit in
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var out api.BuildLogPage
+	var out httpapi.BuildLogPage
 	_, err := c.call(ctx, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/builds/%s/logs", org, id), query: q}, &out)
 	return out, err
 }
 
 // Webhook reads a project's push webhook (its URL, whether a secret is set).
-func (c *Client) Webhook(ctx context.Context, org, project string) (api.WebhookInfo, error) {
-	var out api.WebhookInfo
+func (c *Client) Webhook(ctx context.Context, org, project string) (httpapi.WebhookInfo, error) {
+	var out httpapi.WebhookInfo
 	_, err := c.call(ctx, request{method: http.MethodGet, path: projectPath(org, project) + "/webhook"}, &out)
 	return out, err
 }
 
 // RotateWebhook makes the project's webhook secret (the first or a new
 // one), returned this once.
-func (c *Client) RotateWebhook(ctx context.Context, org, project string) (api.WebhookSecret, error) {
-	var out api.WebhookSecret
+func (c *Client) RotateWebhook(ctx context.Context, org, project string) (httpapi.WebhookSecret, error) {
+	var out httpapi.WebhookSecret
 	_, err := c.call(ctx, request{method: http.MethodPost, path: projectPath(org, project) + "/webhook/rotate"}, &out)
 	return out, err
 }
@@ -80,9 +80,9 @@ func (c *Client) Deliveries(ctx context.Context, org, project string, limit int)
 
 // Track sets the branch a Git service follows in an environment (none:
 // it follows no branch).
-func (c *Client) Track(ctx context.Context, org, project, env, service, branch string, none bool) (api.TrackingView, error) {
-	var out api.TrackingView
+func (c *Client) Track(ctx context.Context, org, project, env, service, branch string, none bool) (httpapi.TrackingView, error) {
+	var out httpapi.TrackingView
 	_, err := c.call(ctx, request{method: http.MethodPut, path: levelPath(org, project, env, service) + "/tracking",
-		in: api.TrackRequest{Branch: branch, None: none}}, &out)
+		in: httpapi.TrackRequest{Branch: branch, None: none}}, &out)
 	return out, err
 }

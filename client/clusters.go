@@ -4,8 +4,8 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/nebulactrl/nebulactrl/api"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 func clusterPath(org, cluster string) string {
@@ -19,15 +19,15 @@ func (c *Client) Clusters(ctx context.Context, org string) ([]query.Cluster, err
 
 // CreateCluster creates a cluster; the answer carries its first join token,
 // whose secret is shown only there.
-func (c *Client) CreateCluster(ctx context.Context, org string, req api.CreateClusterRequest) (api.ClusterResponse, error) {
-	var out api.ClusterResponse
+func (c *Client) CreateCluster(ctx context.Context, org string, req httpapi.CreateClusterRequest) (httpapi.ClusterResponse, error) {
+	var out httpapi.ClusterResponse
 	_, err := c.call(ctx, request{method: http.MethodPost, path: path("/api/v1/orgs/%s/clusters", org), in: req, creating: true}, &out)
 	return out, err
 }
 
 // Cluster reads a cluster.
-func (c *Client) Cluster(ctx context.Context, org, cluster string) (api.ClusterResponse, error) {
-	var out api.ClusterResponse
+func (c *Client) Cluster(ctx context.Context, org, cluster string) (httpapi.ClusterResponse, error) {
+	var out httpapi.ClusterResponse
 	_, err := c.call(ctx, request{method: http.MethodGet, path: clusterPath(org, cluster)}, &out)
 	return out, err
 }
@@ -44,8 +44,8 @@ func (c *Client) JoinTokens(ctx context.Context, org, cluster string) ([]query.J
 }
 
 // CreateJoinToken issues a join token; its secret is in the answer only.
-func (c *Client) CreateJoinToken(ctx context.Context, org, cluster string, req api.JoinTokenRequest) (api.CreatedJoinToken, error) {
-	var out api.CreatedJoinToken
+func (c *Client) CreateJoinToken(ctx context.Context, org, cluster string, req httpapi.JoinTokenRequest) (httpapi.CreatedJoinToken, error) {
+	var out httpapi.CreatedJoinToken
 	_, err := c.call(ctx, request{method: http.MethodPost, path: clusterPath(org, cluster) + "/join-tokens", in: req, creating: true}, &out)
 	return out, err
 }

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/projections"
-	"github.com/nebulactrl/nebulactrl/query"
 )
 
 func projectPath(org, project string) string {
@@ -40,7 +40,7 @@ func (c *Client) Projects(ctx context.Context, org string) ([]query.Project, err
 func (c *Client) CreateProject(ctx context.Context, org, name string) (query.Project, error) {
 	var out query.Project
 	_, err := c.call(ctx, request{method: http.MethodPost, path: path("/api/v1/orgs/%s/projects", org),
-		in: api.CreateProjectRequest{Name: name}, creating: true}, &out)
+		in: httpapi.CreateProjectRequest{Name: name}, creating: true}, &out)
 	return out, err
 }
 
@@ -87,7 +87,7 @@ func (c *Client) Environments(ctx context.Context, org, project string) ([]query
 }
 
 // CreateEnvironment creates an environment on a cluster of the organisation.
-func (c *Client) CreateEnvironment(ctx context.Context, org, project string, req api.CreateEnvironmentRequest) (query.Environment, error) {
+func (c *Client) CreateEnvironment(ctx context.Context, org, project string, req httpapi.CreateEnvironmentRequest) (query.Environment, error) {
 	var out query.Environment
 	_, err := c.call(ctx, request{method: http.MethodPost, path: projectPath(org, project) + "/environments", in: req, creating: true}, &out)
 	return out, err
@@ -103,7 +103,7 @@ func (c *Client) Environment(ctx context.Context, org, project, env string) (que
 // UpdateEnvironment changes an environment's cluster or protection. Turning
 // a protected environment's protection off, or moving it, waits in its
 // change set, which is returned instead.
-func (c *Client) UpdateEnvironment(ctx context.Context, org, project, env string, req api.UpdateEnvironmentRequest) (query.Environment, *query.ChangeSet, error) {
+func (c *Client) UpdateEnvironment(ctx context.Context, org, project, env string, req httpapi.UpdateEnvironmentRequest) (query.Environment, *query.ChangeSet, error) {
 	var out query.Environment
 	cs, err := c.maybeChangeSet(ctx, request{method: http.MethodPatch, path: envPath(org, project, env), in: req}, &out)
 	return out, cs, err
@@ -121,7 +121,7 @@ func (c *Client) Services(ctx context.Context, org, project string) ([]query.Ser
 }
 
 // CreateService creates a service from an image or a Git branch.
-func (c *Client) CreateService(ctx context.Context, org, project string, req api.ServiceRequest) (query.Service, error) {
+func (c *Client) CreateService(ctx context.Context, org, project string, req httpapi.ServiceRequest) (query.Service, error) {
 	var out query.Service
 	_, err := c.call(ctx, request{method: http.MethodPost, path: projectPath(org, project) + "/services", in: req, creating: true}, &out)
 	return out, err
@@ -135,7 +135,7 @@ func (c *Client) Service(ctx context.Context, org, project, service string) (que
 }
 
 // UpdateService changes a service's source or processes; absent fields stay.
-func (c *Client) UpdateService(ctx context.Context, org, project, service string, req api.ServiceRequest) (query.Service, error) {
+func (c *Client) UpdateService(ctx context.Context, org, project, service string, req httpapi.ServiceRequest) (query.Service, error) {
 	var out query.Service
 	_, err := c.call(ctx, request{method: http.MethodPatch, path: projectPath(org, project) + path("/services/%s", service), in: req}, &out)
 	return out, err
@@ -158,16 +158,16 @@ func (c *Client) Variables(ctx context.Context, org, project, env, service strin
 // SetVariables sets environment-wide variables (service "") or a service's.
 // In a protected environment the answer carries the change set that waits
 // for approval instead.
-func (c *Client) SetVariables(ctx context.Context, org, project, env, service string, vars []api.VariableInput) (api.VariablesResponse, error) {
-	var out api.VariablesResponse
+func (c *Client) SetVariables(ctx context.Context, org, project, env, service string, vars []httpapi.VariableInput) (httpapi.VariablesResponse, error) {
+	var out httpapi.VariablesResponse
 	_, err := c.call(ctx, request{method: http.MethodPut, path: levelPath(org, project, env, service) + "/variables",
-		in: api.SetVariablesRequest{Variables: vars}}, &out)
+		in: httpapi.SetVariablesRequest{Variables: vars}}, &out)
 	return out, err
 }
 
 // UnsetVariable unsets an environment-wide variable (service "") or a service's.
-func (c *Client) UnsetVariable(ctx context.Context, org, project, env, service, name string) (api.VariablesResponse, error) {
-	var out api.VariablesResponse
+func (c *Client) UnsetVariable(ctx context.Context, org, project, env, service, name string) (httpapi.VariablesResponse, error) {
+	var out httpapi.VariablesResponse
 	_, err := c.call(ctx, request{method: http.MethodDelete, path: levelPath(org, project, env, service) + path("/variables/%s", name)}, &out)
 	return out, err
 }
@@ -188,7 +188,7 @@ type DomainResult struct {
 func (c *Client) AddDomain(ctx context.Context, org, project, env, service, host string) (DomainResult, error) {
 	var raw json.RawMessage
 	status, err := c.call(ctx, request{method: http.MethodPost, path: levelPath(org, project, env, service) + "/domains",
-		in: api.AddDomainRequest{Host: host}, creating: true}, &raw)
+		in: httpapi.AddDomainRequest{Host: host}, creating: true}, &raw)
 	if err != nil {
 		return DomainResult{}, err
 	}
@@ -214,29 +214,29 @@ func (c *Client) RemoveDomain(ctx context.Context, org, project, env, service, h
 
 // Deploy deploys an image (its tag resolved to a digest by the control
 // plane) as a new release, or the service's own image when image is "".
-func (c *Client) Deploy(ctx context.Context, org, project, env, service, image string) (api.DeployResponse, error) {
-	var out api.DeployResponse
+func (c *Client) Deploy(ctx context.Context, org, project, env, service, image string) (httpapi.DeployResponse, error) {
+	var out httpapi.DeployResponse
 	_, err := c.call(ctx, request{method: http.MethodPost, path: levelPath(org, project, env, service) + "/deployments",
-		in: api.DeployRequest{Image: image}, creating: true}, &out)
+		in: httpapi.DeployRequest{Image: image}, creating: true}, &out)
 	return out, err
 }
 
 // Rollback deploys an earlier release again.
-func (c *Client) Rollback(ctx context.Context, org, project, env, service string, release int) (api.DeployResponse, error) {
-	var out api.DeployResponse
+func (c *Client) Rollback(ctx context.Context, org, project, env, service string, release int) (httpapi.DeployResponse, error) {
+	var out httpapi.DeployResponse
 	_, err := c.call(ctx, request{method: http.MethodPost, path: levelPath(org, project, env, service) + "/rollback",
-		in: api.RollbackRequest{Release: release}, creating: true}, &out)
+		in: httpapi.RollbackRequest{Release: release}, creating: true}, &out)
 	return out, err
 }
 
 // Deployments lists a service's newest deployments in an environment (at
 // most limit; 0 means DefaultDeployments), newest first, with their rollout
 // stage, stall flag and blockers.
-func (c *Client) Deployments(ctx context.Context, org, project, env, service string, limit int) ([]api.DeploymentView, error) {
+func (c *Client) Deployments(ctx context.Context, org, project, env, service string, limit int) ([]httpapi.DeploymentView, error) {
 	if limit <= 0 {
 		limit = DefaultDeployments
 	}
-	return list[api.DeploymentView](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/deployments"}, limit)
+	return list[httpapi.DeploymentView](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/deployments"}, limit)
 }
 
 // DefaultDeployments is how many deployments Deployments reads without a limit.
@@ -248,24 +248,24 @@ const LatestDeployment = "latest"
 
 // Deployment reads a deployment (LatestDeployment: the newest) with every
 // stage of its rollout.
-func (c *Client) Deployment(ctx context.Context, org, project, env, service, id string) (api.DeploymentDetail, error) {
-	var out api.DeploymentDetail
+func (c *Client) Deployment(ctx context.Context, org, project, env, service, id string) (httpapi.DeploymentDetail, error) {
+	var out httpapi.DeploymentDetail
 	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + path("/deployments/%s", id)}, &out)
 	return out, err
 }
 
 // Target reads a service in an environment: its current release, latest
 // deployment, and whether its automatic deploys are paused.
-func (c *Client) Target(ctx context.Context, org, project, env, service string) (api.TargetView, error) {
-	var out api.TargetView
+func (c *Client) Target(ctx context.Context, org, project, env, service string) (httpapi.TargetView, error) {
+	var out httpapi.TargetView
 	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service)}, &out)
 	return out, err
 }
 
 // ResumeDeploys resumes the automatic deploys of a service in an
 // environment that a rollback paused.
-func (c *Client) ResumeDeploys(ctx context.Context, org, project, env, service string) (api.TargetView, error) {
-	var out api.TargetView
+func (c *Client) ResumeDeploys(ctx context.Context, org, project, env, service string) (httpapi.TargetView, error) {
+	var out httpapi.TargetView
 	_, err := c.call(ctx, request{method: http.MethodPost, path: levelPath(org, project, env, service) + "/resume-deploys"}, &out)
 	return out, err
 }
@@ -306,8 +306,8 @@ func (c *Client) ChangeSets(ctx context.Context, org, project, env, status strin
 }
 
 // ChangeSet reads a change set with what each of its changes changes.
-func (c *Client) ChangeSet(ctx context.Context, org, project, env, id string) (api.ChangeSetView, error) {
-	var out api.ChangeSetView
+func (c *Client) ChangeSet(ctx context.Context, org, project, env, id string) (httpapi.ChangeSetView, error) {
+	var out httpapi.ChangeSetView
 	_, err := c.call(ctx, request{method: http.MethodGet, path: envPath(org, project, env) + path("/changesets/%s", id)}, &out)
 	return out, err
 }
@@ -318,7 +318,7 @@ func (c *Client) ChangeSet(ctx context.Context, org, project, env, id string) (a
 func (c *Client) ApproveChangeSet(ctx context.Context, org, project, env, id string, version int) (query.ChangeSet, error) {
 	var out query.ChangeSet
 	_, err := c.call(ctx, request{method: http.MethodPost, path: envPath(org, project, env) + path("/changesets/%s/approve", id),
-		in: api.ChangeSetDecision{Version: version}}, &out)
+		in: httpapi.ChangeSetDecision{Version: version}}, &out)
 	return out, err
 }
 
@@ -326,13 +326,13 @@ func (c *Client) ApproveChangeSet(ctx context.Context, org, project, env, id str
 func (c *Client) RejectChangeSet(ctx context.Context, org, project, env, id, reason string) (query.ChangeSet, error) {
 	var out query.ChangeSet
 	_, err := c.call(ctx, request{method: http.MethodPost, path: envPath(org, project, env) + path("/changesets/%s/reject", id),
-		in: api.ChangeSetDecision{Reason: reason}}, &out)
+		in: httpapi.ChangeSetDecision{Reason: reason}}, &out)
 	return out, err
 }
 
 // Logs reads a service's container logs after cursor ("": the latest
 // lines); the page's Next, always set, is the cursor to follow from.
-func (c *Client) Logs(ctx context.Context, org, project, env, service, cursor string, limit int) (api.LogPage, error) {
+func (c *Client) Logs(ctx context.Context, org, project, env, service, cursor string, limit int) (httpapi.LogPage, error) {
 	q := url.Values{}
 	if cursor != "" {
 		q.Set("cursor", cursor)
@@ -340,7 +340,7 @@ func (c *Client) Logs(ctx context.Context, org, project, env, service, cursor st
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var out api.LogPage
+	var out httpapi.LogPage
 	_, err := c.call(ctx, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/logs", query: q}, &out)
 	return out, err
 }

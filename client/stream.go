@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nebulactrl/nebulactrl/api"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // Event is one server-sent event of a stream.
@@ -134,7 +134,7 @@ func (c *Client) streamOnce(ctx context.Context, h *http.Client, path string, q 
 	if err != nil {
 		return false, err
 	}
-	req.Header.Set("Accept", api.StreamMediaType)
+	req.Header.Set("Accept", httpapi.StreamMediaType)
 	req.Header.Set("User-Agent", c.userAgent)
 	req.Header.Set("Cache-Control", "no-cache")
 	if c.token != "" {
@@ -159,7 +159,7 @@ func (c *Client) streamOnce(ctx context.Context, h *http.Client, path string, q 
 		}
 		return false, e
 	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, api.StreamMediaType) {
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, httpapi.StreamMediaType) {
 		return false, fmt.Errorf("the answer of GET %s is %q, not an event stream (is %s a NebulaCtrl control plane?)", path, ct, c.base)
 	}
 	rd := bufio.NewReaderSize(resp.Body, 64<<10)
@@ -244,8 +244,8 @@ func readLine(rd *bufio.Reader, max int64) ([]byte, error) {
 // blockers or status change) and Stage (a stage of its rollout) is set.
 type DeploymentEvent struct {
 	ID         string
-	Deployment *api.DeploymentView
-	Stage      *api.DeploymentStageEvent
+	Deployment *httpapi.DeploymentView
+	Stage      *httpapi.DeploymentStageEvent
 }
 
 // WatchDeployment follows a deployment (LatestDeployment: the newest when
@@ -274,13 +274,13 @@ func (c *Client) WatchDeployment(ctx context.Context, org, project, env, service
 		de.ID = e.ID
 		switch e.Name {
 		case "deployment":
-			de.Deployment = &api.DeploymentView{}
+			de.Deployment = &httpapi.DeploymentView{}
 			if err := json.Unmarshal(e.Data, de.Deployment); err != nil {
 				return false, fmt.Errorf("reading a deployment event: %w", err)
 			}
 			over = de.Deployment.Terminal()
 		case "stage":
-			de.Stage = &api.DeploymentStageEvent{}
+			de.Stage = &httpapi.DeploymentStageEvent{}
 			if err := json.Unmarshal(e.Data, de.Stage); err != nil {
 				return false, fmt.Errorf("reading a stage event: %w", err)
 			}

@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/query"
-	"github.com/nebulactrl/nebulactrl/servertest"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
 // A stream is parsed as the event-stream format says (comments, CRLF,
@@ -41,7 +41,7 @@ func TestStreamResumes(t *testing.T) {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return
 		}
-		w.Header().Set("Content-Type", api.StreamMediaType)
+		w.Header().Set("Content-Type", httpapi.StreamMediaType)
 		w.WriteHeader(http.StatusOK)
 		f := w.(http.Flusher)
 		switch n {
@@ -88,11 +88,11 @@ func TestWatchEnvironment(t *testing.T) {
 	c, err := client.New(srv.URL, token)
 	require.NoError(t, err)
 	ctx := t.Context()
-	_, err = c.CreateCluster(ctx, "acme", api.CreateClusterRequest{Name: "eu-1"})
+	_, err = c.CreateCluster(ctx, "acme", httpapi.CreateClusterRequest{Name: "eu-1"})
 	require.NoError(t, err)
 	_, err = c.CreateProject(ctx, "acme", "shop")
 	require.NoError(t, err)
-	_, err = c.CreateEnvironment(ctx, "acme", "shop", api.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"})
+	_, err = c.CreateEnvironment(ctx, "acme", "shop", httpapi.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"})
 	require.NoError(t, err)
 
 	entries := make(chan query.AuditEntry, 10)
@@ -107,7 +107,7 @@ func TestWatchEnvironment(t *testing.T) {
 	// first one is seen (the watch may connect after the first set).
 	var first query.AuditEntry
 	require.Eventually(t, func() bool {
-		_, err := c.SetVariables(ctx, "acme", "shop", "staging", "", []api.VariableInput{{Name: "A", Value: "1"}})
+		_, err := c.SetVariables(ctx, "acme", "shop", "staging", "", []httpapi.VariableInput{{Name: "A", Value: "1"}})
 		require.NoError(t, err)
 		for {
 			select {
@@ -122,7 +122,7 @@ func TestWatchEnvironment(t *testing.T) {
 	}, 10*time.Second, time.Millisecond)
 	require.Equal(t, "variable.update", first.Action)
 	require.Equal(t, "acme/shop/staging", first.Target.Name)
-	_, err = c.SetVariables(ctx, "acme", "shop", "staging", "", []api.VariableInput{{Name: "LAST", Value: "1"}})
+	_, err = c.SetVariables(ctx, "acme", "shop", "staging", "", []httpapi.VariableInput{{Name: "LAST", Value: "1"}})
 	require.NoError(t, err)
 	for {
 		e := <-entries
@@ -183,7 +183,7 @@ func TestWatchAudit(t *testing.T) {
 	require.Equal(t, "project.create", first.Action)
 	_, err = c.CreateProject(ctx, "globex", "hidden")
 	require.NoError(t, err)
-	_, err = c.CreateCluster(ctx, "acme", api.CreateClusterRequest{Name: "eu-1"})
+	_, err = c.CreateCluster(ctx, "acme", httpapi.CreateClusterRequest{Name: "eu-1"})
 	require.NoError(t, err)
 	_, err = c.CreateProject(ctx, "acme", "last")
 	require.NoError(t, err)

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/version"
+	"github.com/nebulactrl/nebulactrl/internal/version"
 )
 
 const (

@@ -19,7 +19,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
-	"github.com/nebulactrl/nebulactrl/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -12,13 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
-	"github.com/nebulactrl/nebulactrl/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/dispatch"
+	"github.com/nebulactrl/nebulactrl/internal/seal"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/projections"
-	"github.com/nebulactrl/nebulactrl/seal"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -39,7 +39,7 @@ func (c *clock) Now() time.Time {
 type bundle struct {
 	pool   *pgxpool.Pool
 	store  *eventstore.Store
-	cmd    *command.Handler
+	cmd    *dispatch.Handler
 	sealer *seal.Sealer
 	proj   *projections.Projections
 	clock  *clock
@@ -54,7 +54,7 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	b := &bundle{pool: pool, store: eventstore.New(pool, nil), clock: &clock{t: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}}
 	b.sealer = seal.New(pool, mk, nil)
-	b.cmd, err = command.New(command.Config{Store: b.store, Now: b.clock.Now})
+	b.cmd, err = dispatch.New(dispatch.Config{Store: b.store, Now: b.clock.Now})
 	require.NoError(t, err)
 	b.proj, err = projections.New(projections.Config{Store: b.store, Keys: b.sealer, Now: b.clock.Now})
 	require.NoError(t, err)
@@ -93,12 +93,12 @@ func TestEndToEnd(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	alice, bob := id(), id()
-	asAlice := command.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: alice, Name: "alice@example.com"}, Person: alice, RequestID: "req-alice"}
-	asBob := command.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: bob, Name: "bob@example.com"}, Person: bob, RequestID: "req-bob"}
+	asAlice := dispatch.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: alice, Name: "alice@example.com"}, Person: alice, RequestID: "req-alice"}
+	asBob := dispatch.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: bob, Name: "bob@example.com"}, Person: bob, RequestID: "req-bob"}
 	org, cluster, project, staging, prod := id(), id(), id(), id(), id()
 	api, worker, db := id(), id(), id()
 
-	must := func(_ command.Result, err error) {
+	must := func(_ dispatch.Result, err error) {
 		t.Helper()
 		require.NoError(t, err)
 	}

@@ -13,12 +13,12 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/database"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/internal/database"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/migrations"
-	"github.com/nebulactrl/nebulactrl/pgtest"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 

@@ -10,12 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
-	"github.com/nebulactrl/nebulactrl/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/dispatch"
+	"github.com/nebulactrl/nebulactrl/internal/seal"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/projections"
-	"github.com/nebulactrl/nebulactrl/seal"
 )
 
 // sleepyClock is the parking policy's injected clock: a sleep moves it at once.
@@ -58,7 +58,7 @@ func TestPoisonEventParkedOtherOrganisationsGoOn(t *testing.T) {
 	require.NoError(t, err)
 	store := eventstore.New(pool, nil)
 	cmdClock := &clock{t: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
-	cmd, err := command.New(command.Config{Store: store, Now: cmdClock.Now})
+	cmd, err := dispatch.New(dispatch.Config{Store: store, Now: cmdClock.Now})
 	require.NoError(t, err)
 	parkClock := &sleepyClock{now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
 	proj, err := projections.New(projections.Config{Store: store, Keys: seal.New(pool, mk, nil), Now: cmdClock.Now,
@@ -86,7 +86,7 @@ func TestPoisonEventParkedOtherOrganisationsGoOn(t *testing.T) {
 	require.NoError(t, err)
 
 	noWake := func() <-chan struct{} { return nil }
-	settle := func(res command.Result, err error) error {
+	settle := func(res dispatch.Result, err error) error {
 		t.Helper()
 		require.NoError(t, err)
 		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -95,13 +95,13 @@ func TestPoisonEventParkedOtherOrganisationsGoOn(t *testing.T) {
 	}
 	type org struct {
 		id, cluster, project string
-		as                   command.Context
+		as                   dispatch.Context
 	}
 	orgs := map[string]*org{}
 	for _, name := range []string{"orga", "orgb"} {
 		user := id()
 		o := &org{id: id(), cluster: id(), project: id(),
-			as: command.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: user, Name: name + "@example.com"}, Person: user, RequestID: "r-" + name}}
+			as: dispatch.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: user, Name: name + "@example.com"}, Person: user, RequestID: "r-" + name}}
 		orgs[name] = o
 		require.NoError(t, settle(cmd.User(ctx, o.as, user, domain.RegisterUser{UserID: user, Email: name + "@example.com", PasswordHash: "$2a$x"})))
 		require.NoError(t, settle(cmd.Organisation(ctx, o.as, o.id, domain.CreateOrganisation{OrgID: o.id, Name: name, Owner: user})))

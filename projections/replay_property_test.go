@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 
@@ -49,11 +49,11 @@ func allowed(err error) bool {
 func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
 	ctx := context.Background()
 	users := []string{id(), id(), id()}
-	as := func(i int) command.Context {
-		return command.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: users[i], Name: fmt.Sprint("user", i)}, Person: users[i], RequestID: fmt.Sprint("req-", rng.IntN(1000))}
+	as := func(i int) dispatch.Context {
+		return dispatch.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: users[i], Name: fmt.Sprint("user", i)}, Person: users[i], RequestID: fmt.Sprint("req-", rng.IntN(1000))}
 	}
-	agent := command.Context{Actor: domain.Actor{Kind: domain.ActorAgent, ID: id(), Name: "agent-0"}}
-	must := func(_ command.Result, err error) {
+	agent := dispatch.Context{Actor: domain.Actor{Kind: domain.ActorAgent, ID: id(), Name: "agent-0"}}
+	must := func(_ dispatch.Result, err error) {
 		t.Helper()
 		if err != nil && !allowed(err) {
 			require.NoError(t, err)
@@ -234,7 +234,7 @@ func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
 				if err := b.pool.QueryRow(ctx, `SELECT environment_id::text, service_id::text, release_id::text FROM deployments WHERE id = $1`, dep).Scan(&env, &svc, &rel); err != nil {
 					continue
 				}
-				must(b.cmd.Deployment(ctx, command.Context{Actor: domain.System("reactions")}, org, dep, domain.DeliverDeployment{
+				must(b.cmd.Deployment(ctx, dispatch.Context{Actor: domain.System("reactions")}, org, dep, domain.DeliverDeployment{
 					ProjectID: project, EnvironmentID: env, ServiceID: svc, ReleaseID: rel, ClusterID: cluster, Revision: 1}))
 			}
 		}

@@ -10,17 +10,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 
 // storageWorld is an organisation with one environment and one service.
 type storageWorld struct {
 	b                               *bundle
-	as                              command.Context
+	as                              dispatch.Context
 	org, cluster, project, env, svc string
 }
 
@@ -28,7 +28,7 @@ func newStorageWorld(t *testing.T) *storageWorld {
 	t.Helper()
 	w := &storageWorld{b: setup(t), org: id(), cluster: id(), project: id(), env: id(), svc: id()}
 	alice := id()
-	w.as = command.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: alice, Name: "alice@example.com"}, Person: alice}
+	w.as = dispatch.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: alice, Name: "alice@example.com"}, Person: alice}
 	ctx := context.Background()
 	w.must(t)(w.b.cmd.User(ctx, w.as, alice, domain.RegisterUser{UserID: alice, Email: "alice@example.com", PasswordHash: "$2a$x"}))
 	w.must(t)(w.b.cmd.Organisation(ctx, w.as, w.org, domain.CreateOrganisation{OrgID: w.org, Name: "acme", Owner: alice}))
@@ -41,14 +41,14 @@ func newStorageWorld(t *testing.T) *storageWorld {
 	return w
 }
 
-func (w *storageWorld) must(t *testing.T) func(command.Result, error) {
-	return func(_ command.Result, err error) {
+func (w *storageWorld) must(t *testing.T) func(dispatch.Result, error) {
+	return func(_ dispatch.Result, err error) {
 		t.Helper()
 		require.NoError(t, err)
 	}
 }
 
-func (w *storageWorld) do(t *testing.T, cmd domain.ProjectCommand) command.Result {
+func (w *storageWorld) do(t *testing.T, cmd domain.ProjectCommand) dispatch.Result {
 	t.Helper()
 	res, err := w.b.cmd.Project(context.Background(), w.as, w.org, w.project, cmd)
 	require.NoError(t, err)

@@ -12,12 +12,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
-	"github.com/nebulactrl/nebulactrl/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/dispatch"
+	"github.com/nebulactrl/nebulactrl/internal/seal"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/projections"
-	"github.com/nebulactrl/nebulactrl/seal"
 )
 
 // small builds a project with one deployed service and returns its ids.
@@ -25,29 +25,29 @@ func small(t *testing.T, b *bundle) (org, project, env, svc string) {
 	t.Helper()
 	ctx := context.Background()
 	user := id()
-	c := command.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: user, Name: "ops@example.com"}, Person: user}
+	c := dispatch.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: user, Name: "ops@example.com"}, Person: user}
 	org, project, env, svc = id(), id(), id(), id()
-	steps := []func() (command.Result, error){
-		func() (command.Result, error) {
+	steps := []func() (dispatch.Result, error){
+		func() (dispatch.Result, error) {
 			return b.cmd.User(ctx, c, user, domain.RegisterUser{UserID: user, Email: "ops@example.com", PasswordHash: "x"})
 		},
-		func() (command.Result, error) {
+		func() (dispatch.Result, error) {
 			return b.cmd.Organisation(ctx, c, org, domain.CreateOrganisation{OrgID: org, Name: "acme", Owner: user})
 		},
-		func() (command.Result, error) {
+		func() (dispatch.Result, error) {
 			return b.cmd.Project(ctx, c, org, project, domain.CreateProject{ProjectID: project, OrgID: org, Name: "shop"})
 		},
-		func() (command.Result, error) {
+		func() (dispatch.Result, error) {
 			return b.cmd.Project(ctx, c, org, project, domain.CreateEnvironment{EnvironmentID: env, Name: "staging", ClusterID: id()})
 		},
-		func() (command.Result, error) {
+		func() (dispatch.Result, error) {
 			return b.cmd.Project(ctx, c, org, project, domain.CreateService{ServiceID: svc, Name: "api", Source: domain.Source{Image: "api"},
 				Processes: []domain.Process{{Name: "web", Port: 80, Replicas: 1}}})
 		},
-		func() (command.Result, error) {
+		func() (dispatch.Result, error) {
 			return b.cmd.Project(ctx, c, org, project, domain.SetVariables{EnvironmentID: env, ServiceID: svc, Variables: []domain.Variable{{Name: "A", Value: "1"}}})
 		},
-		func() (command.Result, error) {
+		func() (dispatch.Result, error) {
 			return b.cmd.Project(ctx, c, org, project, domain.Deploy{EnvironmentID: env, ServiceID: svc, ReleaseID: id(), DeploymentID: id(), Image: digestOf("api")})
 		},
 	}
@@ -148,7 +148,7 @@ func TestWrongMasterKeyHoldsServicesWithSecrets(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	org, project, env, svc := small(t, b)
-	c := command.Context{Actor: domain.System("test")}
+	c := dispatch.Context{Actor: domain.System("test")}
 	sealed, err := b.sealer.Seal(ctx, org, []byte("s3cret"))
 	require.NoError(t, err)
 	_, err = b.cmd.Project(ctx, c, org, project, domain.SetVariables{EnvironmentID: env, ServiceID: svc, Variables: []domain.Variable{{Name: "TOKEN", Secret: &sealed}}})
@@ -192,7 +192,7 @@ func TestSecretIsNeverWrittenInClear(t *testing.T) {
 	require.NoError(t, err)
 	b := &bundle{pool: pool, store: eventstore.New(pool, logger), clock: &clock{t: time.Now()}}
 	b.sealer = seal.New(pool, mk, logger)
-	b.cmd, err = command.New(command.Config{Store: b.store, Now: b.clock.Now, Logger: logger})
+	b.cmd, err = dispatch.New(dispatch.Config{Store: b.store, Now: b.clock.Now, Logger: logger})
 	require.NoError(t, err)
 	b.proj, err = projections.New(projections.Config{Store: b.store, Keys: b.sealer, Now: b.clock.Now, Logger: logger})
 	require.NoError(t, err)
@@ -201,7 +201,7 @@ func TestSecretIsNeverWrittenInClear(t *testing.T) {
 	const secret = "Tr0ub4dor-and-3-horses-NEBULA"
 	sealed, err := b.sealer.Seal(ctx, org, []byte(secret))
 	require.NoError(t, err)
-	_, err = b.cmd.Project(ctx, command.Context{Actor: domain.System("test")}, org, project,
+	_, err = b.cmd.Project(ctx, dispatch.Context{Actor: domain.System("test")}, org, project,
 		domain.SetVariables{EnvironmentID: env, ServiceID: svc, Variables: []domain.Variable{{Name: "PASSWORD", Secret: &sealed}}})
 	require.NoError(t, err)
 	b.catchUp(t)

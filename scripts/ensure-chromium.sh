@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure a headless-capable Chromium is on this machine for the
-# console's browser tests (console/, driven by chromedp), installing the
+# console's browser tests (internal/console/, driven by chromedp), installing the
 # Debian package chromium when it is missing. Nothing is fetched from a CDN:
 # the browser comes from the distribution's archive.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes sure shellcheck is on this machine (deploy/install.sh is checked with
+# Makes sure shellcheck is on this machine (packaging/install.sh is checked with
 # it by its test), installing the Debian/Ubuntu package when it is not.
 set -euo pipefail
 

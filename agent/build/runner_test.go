@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nebulactrl/nebulactrl/agent/build"
-	"github.com/nebulactrl/nebulactrl/install"
-	"github.com/nebulactrl/nebulactrl/install/installtest"
-	"github.com/nebulactrl/nebulactrl/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
+	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -187,8 +187,8 @@ func TestRunnerAgainstAPIServer(t *testing.T) {
 	c := k8stest.Start(t, k8stest.Options{Nodes: 1})
 	cs := c.Client(t)
 	ctx := context.Background()
-	manifest, err := install.Manifest(install.Options{ControlPlaneURL: "https://nebula.example.com", WithoutToken: true,
-		Image: install.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
+	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: "https://nebula.example.com", WithoutToken: true,
+		Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
 	// The workloads are not needed here: their namespaces, RBAC and policies are.
 	installtest.Apply(t, cs, manifest, func(obj runtime.Object) bool {
@@ -199,13 +199,13 @@ func TestRunnerAgainstAPIServer(t *testing.T) {
 		return false
 	})
 	ns := build.DefaultNamespace
-	require.Equal(t, install.BuildNamespace, ns)
+	require.Equal(t, agentinstall.BuildNamespace, ns)
 	buildNS, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, build.PodSecurityLevel, buildNS.Labels["pod-security.kubernetes.io/enforce"], "the installer enforces the level the builder needs")
-	require.Equal(t, install.RegistryPushAddress, build.DefaultPushRegistry)
-	require.Equal(t, install.RegistryNodeAddress, build.DefaultNodeRegistry)
-	agentConfig := c.ServiceAccountConfig(t, install.AgentNamespace, install.AgentName)
+	require.Equal(t, agentinstall.RegistryPushAddress, build.DefaultPushRegistry)
+	require.Equal(t, agentinstall.RegistryNodeAddress, build.DefaultNodeRegistry)
+	agentConfig := c.ServiceAccountConfig(t, agentinstall.AgentNamespace, agentinstall.AgentName)
 	agentConfig.WarningHandler = rest.NoWarnings{} // Pod Security's warn level (restricted) on every Job
 	agent, err := kubernetes.NewForConfig(agentConfig)
 	require.NoError(t, err)
@@ -240,7 +240,7 @@ func TestRunnerAgainstAPIServer(t *testing.T) {
 	})
 
 	rec := &recorder{t: t}
-	cfg := build.Config{Client: agent, PushRegistry: install.RegistryPushAddress, NodeRegistry: install.RegistryNodeAddress,
+	cfg := build.Config{Client: agent, PushRegistry: agentinstall.RegistryPushAddress, NodeRegistry: agentinstall.RegistryNodeAddress,
 		Report: rec.report, Logs: rec.log}
 	r := startRunner(t, cfg)
 
@@ -299,7 +299,7 @@ func TestRunnerAgainstAPIServer(t *testing.T) {
 	require.Eventually(t, func() bool { _, ok := rec.last(a.ID, transport.BuildSucceeded); return ok }, 10*time.Second, 50*time.Millisecond, "a is reported succeeded")
 	rep, _ = rec.last(a.ID, transport.BuildSucceeded)
 	require.Equal(t, transport.BuildReport{BuildID: a.ID, State: transport.BuildSucceeded, Commit: head,
-		Image: install.RegistryNodeAddress + "/acme/shop", Digest: digest, Time: rep.Time}, rep)
+		Image: agentinstall.RegistryNodeAddress + "/acme/shop", Digest: digest, Time: rep.Time}, rep)
 	require.Eventually(t, func() bool { return r.Running() == 0 }, 10*time.Second, 50*time.Millisecond, "nothing runs")
 	require.Eventually(t, func() bool {
 		j, err := cs.BatchV1().Jobs(ns).Get(ctx, build.JobName(a.ID), metav1.GetOptions{})

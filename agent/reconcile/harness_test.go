@@ -18,7 +18,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
-	"github.com/nebulactrl/nebulactrl/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
 )
 
 // Every test here runs against the real API server of k8stest, with kwok

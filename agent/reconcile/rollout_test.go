@@ -19,7 +19,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
-	"github.com/nebulactrl/nebulactrl/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
 )
 
 // shop is an environment of one service, "shop", whose web process listens

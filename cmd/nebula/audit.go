@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/config"
-	"github.com/nebulactrl/nebulactrl/database"
+	"github.com/nebulactrl/nebulactrl/internal/config"
+	"github.com/nebulactrl/nebulactrl/internal/database"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 

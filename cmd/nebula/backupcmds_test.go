@@ -17,11 +17,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/backup"
-	"github.com/nebulactrl/nebulactrl/config"
-	"github.com/nebulactrl/nebulactrl/database"
-	"github.com/nebulactrl/nebulactrl/pgtest"
-	"github.com/nebulactrl/nebulactrl/servertest"
+	"github.com/nebulactrl/nebulactrl/internal/backup"
+	"github.com/nebulactrl/nebulactrl/internal/config"
+	"github.com/nebulactrl/nebulactrl/internal/database"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
 // runAs runs the binary as argv0 with args and returns its error and output.

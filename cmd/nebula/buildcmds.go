@@ -12,10 +12,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // Builds from Git: nebula builds, nebula service track, nebula project
@@ -34,7 +34,7 @@ func gitFlags() []cli.Flag {
 }
 
 // applyGitFlags puts the Git flags into the request.
-func (x *cmdCtx) applyGitFlags(req *api.ServiceRequest) error {
+func (x *cmdCtx) applyGitFlags(req *httpapi.ServiceRequest) error {
 	req.Dockerfile, req.Context, req.GitUsername = x.String("dockerfile"), x.String("build-context"), x.String("git-user")
 	req.GitCredentialNone = x.Bool("no-git-credential")
 	if x.Bool("git-token-stdin") {
@@ -311,7 +311,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			var v api.TrackingView
+			var v httpapi.TrackingView
 			return x.read(&v, func(ctx context.Context) (err error) {
 				v, err = cl.Track(ctx, a.Org, a.Project, a.Env, a.Service, x.String("branch"), x.Bool("none"))
 				return
@@ -359,7 +359,7 @@ Example:
 						return nil
 					})
 				}
-				var s api.WebhookSecret
+				var s httpapi.WebhookSecret
 				return x.read(&s, func(ctx context.Context) (err error) { s, err = cl.RotateWebhook(ctx, a.Org, a.Project); return }, func() error {
 					x.printf("URL     %s\nSecret  %s\n", s.URL, s.Secret)
 					x.printf("The secret is shown this once. Content type: application/json; events: push.\n")

@@ -13,9 +13,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/api"
-	"github.com/nebulactrl/nebulactrl/query"
-	"github.com/nebulactrl/nebulactrl/servertest"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
 // The build commands against a real control plane (no agent: builds stay
@@ -51,7 +51,7 @@ func TestBuildCommands(t *testing.T) {
 	secret := regexp.MustCompile(`Secret  (nbh_\S+)`).FindStringSubmatch(out)
 	require.Len(t, secret, 2, out)
 	url := regexp.MustCompile(`URL     (\S+)`).FindStringSubmatch(out)[1]
-	require.Contains(t, url, api.HookPath)
+	require.Contains(t, url, httpapi.HookPath)
 	again := c.ok("project", "webhook", "acme/shop")
 	require.NotContains(t, again, secret[1])
 	require.Contains(t, again, "--rotate")

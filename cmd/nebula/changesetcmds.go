@@ -8,9 +8,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 func changesetCommand() *cli.Command {
@@ -76,7 +76,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var cs api.ChangeSetView
+				var cs httpapi.ChangeSetView
 				return x.read(&cs, func(ctx context.Context) (err error) {
 					cs, err = cl.ChangeSet(ctx, a.Org, a.Project, a.Env, x.args[1])
 					return
@@ -146,7 +146,7 @@ Example:
 }
 
 // printChangeSet prints a change set and its diff.
-func (x *cmdCtx) printChangeSet(cl *client.Client, a address, cs api.ChangeSetView) {
+func (x *cmdCtx) printChangeSet(cl *client.Client, a address, cs httpapi.ChangeSetView) {
 	people := map[string]string{}
 	if ms, err := cl.Members(x.Context.Context, a.Org); err == nil {
 		for _, m := range ms {

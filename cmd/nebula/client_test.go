@@ -17,12 +17,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/projections"
-	"github.com/nebulactrl/nebulactrl/query"
-	"github.com/nebulactrl/nebulactrl/servertest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -339,7 +339,7 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, out, "~ set STRIPE_KEY (secret) on api: ********")
 	require.NotContains(t, out, secret)
 	require.Contains(t, out, "nebula changeset approve acme/shop/production "+sets[0].ID+" --version 3")
-	var view api.ChangeSetView
+	var view httpapi.ChangeSetView
 	c.json(&view, "changeset", "show", "acme/shop/production", sets[0].ID)
 	require.Equal(t, 3, view.Version)
 	require.Len(t, view.Diff, 3)

@@ -9,9 +9,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -254,7 +254,7 @@ Example:
 }
 
 func clusterCommand() *cli.Command {
-	joinToken := func(x *cmdCtx, t api.CreatedJoinToken) {
+	joinToken := func(x *cmdCtx, t httpapi.CreatedJoinToken) {
 		x.printf("\nJoin token (valid until %s):\n\n    %s\n\n", at(t.ExpiresAt), t.Token)
 		x.printf("It is shown only this once: keep it until the server is installed. A server joins\nthe cluster with it; revoke it with nebula cluster token revoke when no longer needed.\n")
 	}
@@ -275,9 +275,9 @@ Example:
 				if err != nil {
 					return err
 				}
-				var res api.ClusterResponse
+				var res httpapi.ClusterResponse
 				return x.read(&res, func(ctx context.Context) (err error) {
-					res, err = cl.CreateCluster(ctx, a.Org, api.CreateClusterRequest{Name: a.Cluster, ExpiresInHours: x.Int("expires-in-hours")})
+					res, err = cl.CreateCluster(ctx, a.Org, httpapi.CreateClusterRequest{Name: a.Cluster, ExpiresInHours: x.Int("expires-in-hours")})
 					return
 				}, func() error {
 					x.printf("Created cluster %s.\n", a)
@@ -306,9 +306,9 @@ Example:
 					if err != nil {
 						return err
 					}
-					var t api.CreatedJoinToken
+					var t httpapi.CreatedJoinToken
 					return x.read(&t, func(ctx context.Context) (err error) {
-						t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, api.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
+						t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, httpapi.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
 						return
 					}, func() error {
 						x.printf("Issued join token %s for %s.\n", t.ID, a)

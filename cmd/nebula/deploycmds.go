@@ -6,13 +6,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // printDeploy tells what a deploy or rollback started.
-func (x *cmdCtx) printDeploy(a address, res api.DeployResponse) error {
+func (x *cmdCtx) printDeploy(a address, res httpapi.DeployResponse) error {
 	if res.ChangeSet != nil {
 		x.changeSetNote(a, res.ChangeSet)
 		return nil
@@ -69,7 +69,7 @@ const (
 
 // deployed prints what a deploy or rollback started (or that it waits for
 // approval) and follows it with --wait.
-func (x *cmdCtx) deployed(cl *client.Client, a address, res api.DeployResponse) error {
+func (x *cmdCtx) deployed(cl *client.Client, a address, res httpapi.DeployResponse) error {
 	if x.machine() {
 		out := deployOutcome{Status: statusStarted, Deployment: res.Deployment, Release: res.Release, ChangeSet: res.ChangeSet}
 		if res.ChangeSet != nil {
@@ -109,7 +109,7 @@ func (x *cmdCtx) building(cl *client.Client, a address, b query.Build) error {
 
 // afterDeploy follows what a deploy or rollback started when --wait asks for
 // it; without --wait, a deployment that waits for approval exits with 6.
-func (x *cmdCtx) afterDeploy(cl *client.Client, a address, res api.DeployResponse) error {
+func (x *cmdCtx) afterDeploy(cl *client.Client, a address, res httpapi.DeployResponse) error {
 	if res.ChangeSet != nil {
 		// What waits, and how to approve it, is printed already.
 		return exitError{exitApproval, fmt.Errorf("the deployment waits for approval in change set %s", res.ChangeSet.ID)}
@@ -156,7 +156,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			res, err := cl.DeployWith(x.Context.Context, a.Org, a.Project, a.Env, a.Service, api.DeployRequest{Image: x.String("image"), Commit: x.String("commit")})
+			res, err := cl.DeployWith(x.Context.Context, a.Org, a.Project, a.Env, a.Service, httpapi.DeployRequest{Image: x.String("image"), Commit: x.String("commit")})
 			if err != nil {
 				return err
 			}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 func releasesCommand() *cli.Command {
@@ -65,7 +65,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			var ds []api.DeploymentView
+			var ds []httpapi.DeploymentView
 			return x.read(&ds, func(ctx context.Context) (err error) {
 				ds, err = cl.Deployments(ctx, a.Org, a.Project, a.Env, a.Service, x.Int("limit"))
 				return
@@ -148,7 +148,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var d api.DeploymentDetail
+				var d httpapi.DeploymentDetail
 				return x.read(&d, func(ctx context.Context) (err error) {
 					d, err = cl.Deployment(ctx, a.Org, a.Project, a.Env, a.Service, id)
 					return
@@ -199,7 +199,7 @@ func pods(d query.Deployment) string {
 }
 
 // holdUps writes what holds a deployment up: stalled, and its blockers.
-func holdUps(d api.DeploymentView) string {
+func holdUps(d httpapi.DeploymentView) string {
 	var out []string
 	if d.Stalled {
 		out = append(out, "stalled")

@@ -7,8 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 func envCommand() *cli.Command {
@@ -40,7 +40,7 @@ Example:
 				}
 				var e query.Environment
 				return x.read(&e, func(ctx context.Context) (err error) {
-					e, err = cl.CreateEnvironment(ctx, a.Org, a.Project, api.CreateEnvironmentRequest{Name: a.Env, Cluster: x.String("cluster"), Protected: x.Bool("protected")})
+					e, err = cl.CreateEnvironment(ctx, a.Org, a.Project, httpapi.CreateEnvironmentRequest{Name: a.Env, Cluster: x.String("cluster"), Protected: x.Bool("protected")})
 					return
 				}, func() error {
 					prot := ""
@@ -95,7 +95,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var req api.UpdateEnvironmentRequest
+				var req httpapi.UpdateEnvironmentRequest
 				if x.IsSet("cluster") {
 					c := x.String("cluster")
 					req.Cluster = &c

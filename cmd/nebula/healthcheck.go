@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/config"
+	"github.com/nebulactrl/nebulactrl/internal/config"
 )
 
 // healthcheckCommand is the container's health check: the image has no

@@ -12,8 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
-	"github.com/nebulactrl/nebulactrl/install"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 )
 
 // clusterManifestCommand is nebula cluster manifest.
@@ -52,13 +52,13 @@ Example:
 			if err != nil {
 				return err
 			}
-			opts := install.Options{ControlPlaneURL: cl.URL(), Image: x.String("image"), Cluster: a.String(),
+			opts := agentinstall.Options{ControlPlaneURL: cl.URL(), Image: x.String("image"), Cluster: a.String(),
 				WithoutToken: x.Bool("without-token"), InsecurePlainHTTP: x.Bool("insecure")}
 			if u := x.String("public-url"); u != "" {
 				opts.ControlPlaneURL = u
 			}
 			// Refused before a join token is issued for nothing.
-			if err := install.CheckURL(opts.ControlPlaneURL, opts.InsecurePlainHTTP); err != nil {
+			if err := agentinstall.CheckURL(opts.ControlPlaneURL, opts.InsecurePlainHTTP); err != nil {
 				return err
 			}
 			if f := x.String("ca-bundle"); f != "" {
@@ -74,11 +74,11 @@ Example:
 					if err != nil {
 						return fmt.Errorf("%w; give the agent image with --image", err)
 					}
-					if opts.Image = install.DefaultImage(v); opts.Image == "" {
+					if opts.Image = agentinstall.DefaultImage(v); opts.Image == "" {
 						return fmt.Errorf("the control plane runs version %q, which is not a release and has no published agent image: give the agent image with --image (a tag or digest, not latest)", v)
 					}
 				}
-				if err := install.CheckImage(opts.Image); err != nil {
+				if err := agentinstall.CheckImage(opts.Image); err != nil {
 					return err
 				}
 			}
@@ -91,14 +91,14 @@ Example:
 			}
 			render := func() error {
 				if x.Bool("host") {
-					unit, env, err := install.SystemdUnit(opts)
+					unit, env, err := agentinstall.SystemdUnit(opts)
 					if err != nil {
 						return err
 					}
 					x.printf("%s\n%s", unit, env)
 					return nil
 				}
-				m, err := install.Manifest(opts)
+				m, err := agentinstall.Manifest(opts)
 				if err != nil {
 					return err
 				}
@@ -109,17 +109,17 @@ Example:
 				if err := render(); err != nil {
 					return err
 				}
-				where := "the Secret " + install.JoinSecret + " in " + install.AgentNamespace
-				command := install.JoinSecretCommand("TOKEN")
+				where := "the Secret " + agentinstall.JoinSecret + " in " + agentinstall.AgentNamespace
+				command := agentinstall.JoinSecretCommand("TOKEN")
 				if x.Bool("host") {
 					where, command = "/etc/nebulactrl/agent.env", "NEBULACTRL_JOIN_TOKEN=TOKEN"
 				}
 				x.warnf("The output holds no join token. Before the agent starts, put one in %s:\n    nebula cluster token create %s\n    %s\n", where, a, command)
 				return nil
 			}
-			var t api.CreatedJoinToken
+			var t httpapi.CreatedJoinToken
 			return x.read(&t, func(ctx context.Context) (err error) {
-				t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, api.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
+				t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, httpapi.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
 				return
 			}, func() error {
 				opts.JoinToken = t.Token

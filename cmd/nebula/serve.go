@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/config"
-	"github.com/nebulactrl/nebulactrl/server"
+	"github.com/nebulactrl/nebulactrl/internal/config"
+	"github.com/nebulactrl/nebulactrl/internal/server"
 )
 
 func serveCommand() *cli.Command {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // deadlineFlag is --progress-deadline.
@@ -22,7 +22,7 @@ func deadlineFlag() cli.Flag {
 }
 
 // deadline sets the request's progress deadline from --progress-deadline.
-func (x *cmdCtx) deadline(req *api.ServiceRequest) error {
+func (x *cmdCtx) deadline(req *httpapi.ServiceRequest) error {
 	if !x.IsSet("progress-deadline") {
 		return nil
 	}
@@ -74,7 +74,7 @@ service track).`,
 				if err != nil {
 					return err
 				}
-				req := api.ServiceRequest{Name: a.Service, Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
+				req := httpapi.ServiceRequest{Name: a.Service, Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
 				switch {
 				case req.Image != "" && req.GitURL != "":
 					return exitError{exitUsage, errors.New("give either --image or --git, not both")}
@@ -132,7 +132,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				req := api.ServiceRequest{Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
+				req := httpapi.ServiceRequest{Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
 				switch {
 				case req.Image != "" && req.GitURL != "":
 					return exitError{exitUsage, errors.New("give either --image or --git, not both")}
@@ -183,7 +183,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var t api.TargetView
+				var t httpapi.TargetView
 				return x.read(&t, func(ctx context.Context) (err error) {
 					t, err = cl.ResumeDeploys(ctx, a.Org, a.Project, a.Env, a.Service)
 					return

@@ -7,9 +7,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 func joinScopes(s []domain.Scope) string {
@@ -52,9 +52,9 @@ Example:
 				if err != nil {
 					return err
 				}
-				var t api.CreatedToken
+				var t httpapi.CreatedToken
 				return x.read(&t, func(ctx context.Context) (err error) {
-					t, err = cl.CreateToken(ctx, api.CreateTokenRequest{Name: x.args[0], Scopes: x.StringSlice("scope"), ExpiresInDays: x.Int("expires-in-days")})
+					t, err = cl.CreateToken(ctx, httpapi.CreateTokenRequest{Name: x.args[0], Scopes: x.StringSlice("scope"), ExpiresInDays: x.Int("expires-in-days")})
 					return
 				}, func() error {
 					x.printf("Created API token %s (id %s) with scopes %s", t.Name, t.ID, joinScopes(t.Scopes))
@@ -171,7 +171,7 @@ Example:
 				v := x.Bool("agent-auto-upgrade")
 				var s query.InstanceSettings
 				return x.read(&s, func(ctx context.Context) (err error) {
-					s, err = cl.UpdateSettings(ctx, api.SettingsRequest{AgentAutoUpgrade: &v})
+					s, err = cl.UpdateSettings(ctx, httpapi.SettingsRequest{AgentAutoUpgrade: &v})
 					return
 				}, func() error { return show(x, s) })
 			},
@@ -207,7 +207,7 @@ Example:
 				}
 				var u query.User
 				return x.read(&u, func(ctx context.Context) (err error) {
-					u, err = cl.CreateUser(ctx, api.CreateUserRequest{Email: x.args[0], Name: x.String("name"), Password: pw, InstanceAdmin: x.Bool("admin")})
+					u, err = cl.CreateUser(ctx, httpapi.CreateUserRequest{Email: x.args[0], Name: x.String("name"), Password: pw, InstanceAdmin: x.Bool("admin")})
 					return
 				}, func() error {
 					x.printf("Created user %s (id %s).\n", u.Email, u.ID)

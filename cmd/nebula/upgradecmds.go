@@ -7,8 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 const shapeServer = "ORG/CLUSTER/SERVER"
@@ -66,7 +66,7 @@ func upgradeAll(x *cmdCtx) error {
 	if err != nil {
 		return err
 	}
-	var out api.RolloutAccepted
+	var out httpapi.RolloutAccepted
 	return x.read(&out, func(ctx context.Context) (err error) { out, err = cl.UpgradeAgents(ctx, a.Org); return }, func() error {
 		x.printf("Upgrading the agents of %s to %s one at a time (rollout %s):\n", a.Org, out.Version, out.RolloutID)
 		for _, s := range out.Servers {
@@ -90,7 +90,7 @@ func upgradeOne(x *cmdCtx) error {
 	if err != nil {
 		return err
 	}
-	var out api.UpgradeAccepted
+	var out httpapi.UpgradeAccepted
 	return x.read(&out, func(ctx context.Context) error {
 		servers, err := cl.Servers(ctx, a.Org, a.Cluster)
 		if err != nil {

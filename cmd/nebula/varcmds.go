@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
-	"github.com/nebulactrl/nebulactrl/query"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // maxSecretBytes bounds a secret read from stdin: the API's limit of a
@@ -49,14 +49,14 @@ Example:
 					return err
 				}
 				secret := x.Bool("secret")
-				var vars []api.VariableInput
+				var vars []httpapi.VariableInput
 				kvs := x.args[1:]
 				if k := kvs[0]; secret && len(kvs) == 1 && !strings.Contains(k, "=") {
 					v, err := x.secretValue(k)
 					if err != nil {
 						return err
 					}
-					vars = append(vars, api.VariableInput{Name: k, Value: v, Secret: true})
+					vars = append(vars, httpapi.VariableInput{Name: k, Value: v, Secret: true})
 				} else {
 					for _, kv := range kvs {
 						k, v, ok := strings.Cut(kv, "=")
@@ -67,14 +67,14 @@ Example:
 							}
 							return usagef("want KEY=VALUE, got %q%s", kv, hint)
 						}
-						vars = append(vars, api.VariableInput{Name: k, Value: v, Secret: secret})
+						vars = append(vars, httpapi.VariableInput{Name: k, Value: v, Secret: secret})
 					}
 				}
 				cl, err := x.client()
 				if err != nil {
 					return err
 				}
-				var res api.VariablesResponse
+				var res httpapi.VariablesResponse
 				var out varsOutcome
 				err = x.read(&out, func(ctx context.Context) (err error) {
 					res, err = cl.SetVariables(ctx, a.Org, a.Project, a.Env, a.Service, vars)

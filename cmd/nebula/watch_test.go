@@ -18,13 +18,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/command"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
-	"github.com/nebulactrl/nebulactrl/query"
-	"github.com/nebulactrl/nebulactrl/servertest"
+	"github.com/nebulactrl/nebulactrl/internal/dispatch"
+	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
 // running is a nebula command running in the background.
@@ -77,7 +77,7 @@ func (r *running) id(t *testing.T) string {
 type stages struct {
 	t                    *testing.T
 	cl                   *client.Client
-	cmd                  *command.Handler
+	cmd                  *dispatch.Handler
 	orgID, cluster       string
 	org, project, env, s string
 }
@@ -92,7 +92,7 @@ func (s stages) delivered(id string) {
 
 func (s stages) report(id string, stage domain.DeploymentStatus, ready, desired int) {
 	s.t.Helper()
-	_, err := s.cmd.Deployment(s.t.Context(), command.Context{Actor: domain.Actor{Kind: domain.ActorAgent, ID: "a1", Name: "eu-1/a1"}},
+	_, err := s.cmd.Deployment(s.t.Context(), dispatch.Context{Actor: domain.Actor{Kind: domain.ActorAgent, ID: "a1", Name: "eu-1/a1"}},
 		s.orgID, id, domain.ReportStage{ClusterID: s.cluster, Stage: stage, Ready: ready, Desired: desired})
 	require.NoError(s.t, err)
 }
@@ -134,7 +134,7 @@ func TestWaitForDeployments(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), srv.DatabaseURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	cmd, err := command.New(command.Config{Store: eventstore.New(pool, nil)})
+	cmd, err := dispatch.New(dispatch.Config{Store: eventstore.New(pool, nil)})
 	require.NoError(t, err)
 	agent := stages{t: t, cl: cl, cmd: cmd, orgID: org.ID, cluster: cluster.ID, org: "acme", project: "shop", env: "staging", s: "api"}
 
@@ -178,7 +178,7 @@ func TestWaitForDeployments(t *testing.T) {
 	agent.delivered(first)
 	agent.report(first, domain.StatusStarting, 0, 2)
 	// The stall flag shows when it is raised.
-	_, err = cmd.Deployment(t.Context(), command.Context{Actor: domain.System("test")}, org.ID, first, domain.CheckStall{StallTimeout: time.Nanosecond})
+	_, err = cmd.Deployment(t.Context(), dispatch.Context{Actor: domain.System("test")}, org.ID, first, domain.CheckStall{StallTimeout: time.Nanosecond})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return strings.Contains(w.out.String(), "! stalled: no progress since") }, 10*time.Second, 20*time.Millisecond)
 	res, err := cl.Deploy(t.Context(), "acme", "shop", "staging", "api", "")
@@ -226,7 +226,7 @@ func TestWaitForDeployments(t *testing.T) {
 	require.Contains(t, out, "Rolling acme/shop/staging/api back to release 1")
 	out = c.ok("deployments", "acme/shop/staging/api")
 	require.Contains(t, out, "Automatic deploys of acme/shop/staging/api are paused since")
-	var tv api.TargetView
+	var tv httpapi.TargetView
 	c.json(&tv, "service", "resume-deploys", "acme/shop/staging/api")
 	require.Nil(t, tv.DeploysPaused)
 	require.Contains(t, c.ok("service", "resume-deploys", "acme/shop/staging/api"), "are resumed")
@@ -300,7 +300,7 @@ func TestWatchResumesAfterALostConnection(t *testing.T) {
 	pool, err := pgxpool.New(context.Background(), srv.DatabaseURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	cmd, err := command.New(command.Config{Store: eventstore.New(pool, nil)})
+	cmd, err := dispatch.New(dispatch.Config{Store: eventstore.New(pool, nil)})
 	require.NoError(t, err)
 	agent := stages{t: t, cl: cl, cmd: cmd, orgID: org.ID, cluster: cluster.ID, org: "acme", project: "shop", env: "staging", s: "api"}
 

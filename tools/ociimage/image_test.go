@@ -23,8 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/backup"
-	"github.com/nebulactrl/nebulactrl/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/backup"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -32,7 +32,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/nebulactrl/nebulactrl/backup"
+	"github.com/nebulactrl/nebulactrl/internal/backup"
 )
 
 func main() {

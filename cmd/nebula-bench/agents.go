@@ -1,0 +1,443 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/internal/config"
+	"github.com/nebulactrl/nebulactrl/internal/credential"
+	"github.com/nebulactrl/nebulactrl/internal/dispatch"
+	"github.com/nebulactrl/nebulactrl/internal/pgcluster"
+	"github.com/nebulactrl/nebulactrl/internal/seal"
+	"github.com/nebulactrl/nebulactrl/internal/server"
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+// The agents benchmark: N simulated agents (protocol clients in a child
+// process, over TLS), one per cluster, on one control plane in this process.
+
+type agentCred struct {
+	Env        string `json:"env"`
+	Credential string `json:"credential"`
+}
+
+func selfSigned(dir string) (certFile, keyFile string, pool *x509.CertPool, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return "", "", nil, err
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		return "", "", nil, err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		return "", "", nil, err
+	}
+	pool = x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	return certFile, keyFile, pool, nil
+}
+
+func memNow() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse
+}
+
+func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]result, error) {
+	pool, err := newDB(ctx, cluster, "agents")
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	dir, err := os.MkdirTemp("", "nebula-bench-tls-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	certFile, keyFile, roots, err := selfSigned(dir)
+	if err != nil {
+		return nil, err
+	}
+	key, _ := seal.GenerateMasterKey()
+	cfg := config.Config{DatabaseURL: cluster.URL("agents"), SecretKey: key, Listen: "127.0.0.1:0", PublicURL: "https://127.0.0.1", LogLevel: "error", TLSCert: certFile, TLSKey: keyFile}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ready := make(chan string, 1)
+	go func() {
+		err := server.Run(sctx, cfg, server.Options{Version: "bench", Logger: slog.New(slog.DiscardHandler), Ready: func(a string) { ready <- a }})
+		if err != nil && sctx.Err() == nil {
+			log.Printf("control plane: %v", err)
+		}
+	}()
+	addr := <-ready
+	url := "https://" + addr
+
+	n := f.agents
+	log.Printf("agents: creating %d clusters, environments and servers", n)
+	envs, creds, err := provision(ctx, pool, url, roots, n)
+	if err != nil {
+		return nil, err
+	}
+	credFile := filepath.Join(dir, "creds.json")
+	b, _ := json.Marshal(creds)
+	if err := os.WriteFile(credFile, b, 0o600); err != nil {
+		return nil, err
+	}
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: mustRead(certFile)}), 0o600); err != nil {
+		return nil, err
+	}
+	before := memNow()
+	child := exec.CommandContext(ctx, os.Args[0], "-child-agents", credFile, "-child-url", url, "-child-ca", certFile)
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := child.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+
+	got := newReceived()
+	go got.read(out)
+	if !got.waitBeyond(envs, map[string]int{}, 120*time.Second) {
+		return nil, fmt.Errorf("not every agent received its first revision")
+	}
+	time.Sleep(2 * time.Second) // let connections settle into idle
+	after := memNow()
+	perConn := float64(after-before) / float64(n)
+
+	cmd, err := dispatch.New(dispatch.Config{Store: eventstore.New(pool, nil)})
+	if err != nil {
+		return nil, err
+	}
+	// The burst: one new revision for every cluster at once.
+	log.Printf("agents: a burst of %d revisions", n)
+	base := got.snapshot(envs)
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	var firstErr atomic.Value
+	for _, e := range envs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := cmd.Project(ctx, dispatch.Context{Actor: domain.System("bench")}, e.org, e.project,
+				domain.SetVariables{EnvironmentID: e.id, ServiceID: e.service, Variables: []domain.Variable{{Name: "BURST", Value: "1"}}}); err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return nil, err
+	}
+	issued := time.Since(start)
+	if !got.waitBeyond(envs, base, 120*time.Second) {
+		return nil, fmt.Errorf("not every agent received the burst")
+	}
+	// From the last revision recorded to the last agent holding it.
+	var lastRecorded time.Time
+	if err := pool.QueryRow(ctx, `SELECT max(occurred_at) FROM events WHERE event_type = 'revision.compiled'`).Scan(&lastRecorded); err != nil {
+		return nil, err
+	}
+	var allHeld time.Time
+	for _, e := range envs {
+		if t := got.heldAt(e.id, base[e.id]); t.After(allHeld) {
+			allHeld = t
+		}
+	}
+	burstTotal := allHeld.Sub(start)
+	afterRecorded := allHeld.Sub(lastRecorded)
+
+	// Latency: command accepted -> the agent holds the new revision.
+	log.Printf("agents: latency of %d single changes", f.latencyRuns)
+	var lat []time.Duration
+	e := envs[0]
+	for i := 0; i < f.latencyRuns; i++ {
+		base := got.snapshot([]benchEnv{e})
+		t0 := time.Now()
+		if _, err := cmd.Project(ctx, dispatch.Context{Actor: domain.System("bench")}, e.org, e.project,
+			domain.SetVariables{EnvironmentID: e.id, ServiceID: e.service, Variables: []domain.Variable{{Name: "N", Value: fmt.Sprint(i)}}}); err != nil {
+			return nil, err
+		}
+		if !got.waitBeyond([]benchEnv{e}, base, 10*time.Second) {
+			return nil, fmt.Errorf("change %d did not arrive", i)
+		}
+		lat = append(lat, got.heldAt(e.id, base[e.id]).Sub(t0))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	return []result{
+		{name: fmt.Sprintf("server memory per idle agent connection (%d agents over TLS, heap and stacks after GC)", n),
+			measured: fmt.Sprintf("%.1f KiB", perConn/1024), baseline: "–", ratio: "–", target: "≤ 64 KiB",
+			verdict: verdict(perConn <= 64*1024, fmt.Sprintf("%.1f KiB over", perConn/1024-64))},
+		{name: fmt.Sprintf("burst: one new revision for each of %d clusters, until every agent holds its own", n),
+			measured: fmt.Sprintf("%s after the last revision was recorded (%s from the first command; issuing the %d commands took %s)", afterRecorded.Round(time.Millisecond), burstTotal.Round(time.Millisecond), n, issued.Round(time.Millisecond)),
+			baseline: "–", ratio: "–", target: "≤ 1 s", verdict: verdict(afterRecorded <= time.Second, fmt.Sprintf("%s over", (afterRecorded-time.Second).Round(time.Millisecond)))},
+		{name: "command accepted → agent holds the new revision (loopback)",
+			measured: fmt.Sprintf("p50 %s, p99 %s (%d changes)", p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), len(lat)),
+			baseline: "–", ratio: "–", target: "p99 ≤ 100 ms", verdict: verdict(p99 <= 100*time.Millisecond, fmt.Sprintf("p99 %s over", (p99-100*time.Millisecond).Round(time.Millisecond)))},
+	}, nil
+}
+
+func mustRead(path string) []byte {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		panic(err)
+	}
+	blk, _ := pem.Decode(b)
+	return blk.Bytes
+}
+
+type benchEnv struct{ id, org, project, service string }
+
+// provision makes n clusters, each with one environment of its own project,
+// and registers one server per cluster through the real endpoint.
+func provision(ctx context.Context, pool *pgxpool.Pool, url string, roots *x509.CertPool, n int) ([]benchEnv, []agentCred, error) {
+	cmd, err := dispatch.New(dispatch.Config{Store: eventstore.New(pool, nil)})
+	if err != nil {
+		return nil, nil, err
+	}
+	sys := dispatch.Context{Actor: domain.System("bench")}
+	org := uuid.NewString()
+	if _, err := cmd.Organisation(ctx, sys, org, domain.CreateOrganisation{OrgID: org, Name: "bench", Owner: uuid.NewString()}); err != nil {
+		return nil, nil, err
+	}
+	envs := make([]benchEnv, n)
+	creds := make([]agentCred, n)
+	tlsCfg := &tls.Config{RootCAs: roots}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	var firstErr atomic.Value
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fail := func(err error) { firstErr.CompareAndSwap(nil, err) }
+			cluster, project, env := uuid.NewString(), uuid.NewString(), uuid.NewString()
+			tok, joinToken, hash, err := credential.New()
+			if err != nil {
+				fail(err)
+				return
+			}
+			if _, err := cmd.Cluster(ctx, sys, org, cluster, domain.CreateCluster{ClusterID: cluster, OrgID: org, Name: fmt.Sprintf("c%04d", i),
+				JoinToken: domain.IssueJoinToken{TokenID: tok, TokenHash: hash, ExpiresAt: time.Now().Add(time.Hour)}}); err != nil {
+				fail(err)
+				return
+			}
+			if _, err := cmd.Project(ctx, sys, org, project, domain.CreateProject{ProjectID: project, OrgID: org, Name: fmt.Sprintf("p%04d", i)}); err != nil {
+				fail(err)
+				return
+			}
+			if _, err := cmd.Project(ctx, sys, org, project, domain.CreateEnvironment{EnvironmentID: env, Name: "production", ClusterID: cluster}); err != nil {
+				fail(err)
+				return
+			}
+			svc := uuid.NewString()
+			if _, err := cmd.Project(ctx, sys, org, project, domain.CreateService{ServiceID: svc, Name: "api", Source: domain.Source{Image: "api"},
+				Processes: []domain.Process{{Name: "web", Port: 8080, Replicas: 2}}}); err != nil {
+				fail(err)
+				return
+			}
+			if _, err := cmd.Project(ctx, sys, org, project, domain.Deploy{EnvironmentID: env, ServiceID: svc, ReleaseID: uuid.NewString(), DeploymentID: uuid.NewString(),
+				Image: "registry.example.com/api@sha256:" + strings.Repeat("ab", 32)}); err != nil {
+				fail(err)
+				return
+			}
+			envs[i] = benchEnv{id: env, org: org, project: project, service: svc}
+			var reg transport.RegisterResponse
+			for attempt := 0; attempt < 50; attempt++ {
+				// The join token is readable once the projections have it.
+				reg, err = transport.Register(ctx, url, tlsCfg, transport.RegisterRequest{JoinToken: joinToken, Name: "agent-0"})
+				if err == nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil {
+				fail(err)
+				return
+			}
+			creds[i] = agentCred{Env: env, Credential: reg.Credential}
+		}()
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return nil, nil, err
+	}
+	return envs, creds, nil
+}
+
+// received collects "env revision unixnano" lines from the child: for each
+// environment, when the agent first held each revision or a newer one.
+type received struct {
+	mu   sync.Mutex
+	at   map[string]map[int]time.Time
+	max  map[string]int
+	cond chan struct{}
+}
+
+func newReceived() *received {
+	return &received{at: map[string]map[int]time.Time{}, max: map[string]int{}, cond: make(chan struct{}, 1)}
+}
+
+func (r *received) read(out io.Reader) {
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		var env string
+		var rev int
+		var ns int64
+		if n, _ := fmt.Sscanf(sc.Text(), "%s %d %d", &env, &rev, &ns); n != 3 {
+			continue
+		}
+		r.mu.Lock()
+		if r.at[env] == nil {
+			r.at[env] = map[int]time.Time{}
+		}
+		r.at[env][rev] = time.Unix(0, ns)
+		r.max[env] = max(r.max[env], rev)
+		r.mu.Unlock()
+		select {
+		case r.cond <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// snapshot returns each environment's newest revision held now.
+func (r *received) snapshot(envs []benchEnv) map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for _, e := range envs {
+		out[e.id] = r.max[e.id]
+	}
+	return out
+}
+
+// waitBeyond waits until every environment holds a revision newer than base.
+func (r *received) waitBeyond(envs []benchEnv, base map[string]int, timeout time.Duration) bool {
+	deadline := time.After(timeout)
+	for {
+		r.mu.Lock()
+		done := true
+		for _, e := range envs {
+			if r.max[e.id] <= base[e.id] {
+				done = false
+				break
+			}
+		}
+		r.mu.Unlock()
+		if done {
+			return true
+		}
+		select {
+		case <-r.cond:
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// heldAt is when the environment first held a revision newer than base.
+func (r *received) heldAt(env string, base int) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var t time.Time
+	for rev, at := range r.at[env] {
+		if rev > base && (t.IsZero() || at.Before(t)) {
+			t = at
+		}
+	}
+	return t
+}
+
+// childAgents runs the simulated agents: one protocol client per credential,
+// printing each desired state it receives.
+func childAgents(credFile, url, caFile string) error {
+	var creds []agentCred
+	b, err := os.ReadFile(credFile)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, &creds); err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+	roots.AppendCertsFromPEM(ca)
+	out := bufio.NewWriter(os.Stdout)
+	var mu sync.Mutex
+	tlsCfg := &tls.Config{RootCAs: roots, ClientSessionCache: tls.NewLRUClientSessionCache(len(creds))}
+	ctx := context.Background()
+	for _, c := range creds {
+		cl, err := transport.NewClient(transport.ClientConfig{
+			URL: url, Credential: c.Credential, TLS: tlsCfg,
+			Hello: func(context.Context) transport.Hello {
+				return transport.Hello{Protocol: transport.ProtocolVersion, Version: "1.0.0", Arch: runtime.GOARCH, Applied: map[string]int{}}
+			},
+			Apply: func(ctx context.Context, ds transport.DesiredState) transport.Ack {
+				now := time.Now().UnixNano()
+				mu.Lock()
+				fmt.Fprintf(out, "%s %d %d\n", ds.EnvironmentID, ds.Revision, now)
+				out.Flush()
+				mu.Unlock()
+				return transport.Ack{EnvironmentID: ds.EnvironmentID, Revision: ds.Revision, Hash: ds.Hash, Services: []transport.ServiceOutcome{}}
+			},
+		})
+		if err != nil {
+			return err
+		}
+		go func() { _ = cl.Run(ctx) }()
+		time.Sleep(time.Millisecond) // spread the handshakes a little
+	}
+	select {}
+}

@@ -1,0 +1,465 @@
+// Package agentlink connects the transport hub to the rest of the control
+// plane: agents register with a join token and authenticate with their own
+// credential, revisions are loaded and their secrets opened for delivery,
+// heartbeats and acknowledgements are kept as telemetry (not events), and
+// connects and disconnects are recorded for the audit log.
+package agentlink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nebulactrl/nebulactrl/desiredstate"
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/internal/agentbin"
+	"github.com/nebulactrl/nebulactrl/internal/credential"
+	"github.com/nebulactrl/nebulactrl/internal/dispatch"
+	"github.com/nebulactrl/nebulactrl/internal/telemetry"
+	"github.com/nebulactrl/nebulactrl/projections"
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+// Opener opens a sealed secret value.
+type Opener interface {
+	Open(ctx context.Context, v domain.SealedValue) ([]byte, error)
+}
+
+// Config is what the link needs.
+type Config struct {
+	Pool     *pgxpool.Pool
+	Commands *dispatch.Handler
+	Secrets  Opener
+	Logger   *slog.Logger
+	Now      func() time.Time
+	// Replica names this control-plane process in the telemetry.
+	Replica string
+	// Changed wakes a registration waiting for its server to be projected.
+	Changed func() <-chan struct{}
+	// Telemetry keeps the agents' reports and logs.
+	Telemetry *telemetry.Store
+	// Binaries are the agent binaries served at /agent/v1/download/<arch>
+	// (default agentbin.Embedded()).
+	Binaries agentbin.Source
+}
+
+// Link implements the hub's callbacks.
+type Link struct {
+	cfg Config
+	hub atomic.Pointer[transport.Hub]
+	// OnUpgradeResult is told of each agent's answer to an agent_upgrade
+	// (set it before the hub serves).
+	OnUpgradeResult func(ctx context.Context, serverID string, r transport.AgentUpgradeResult)
+	// builtSets are the sets of builds made for each cluster, by their key
+	// (DeliverBuilds' goroutine alone uses it): a set is made again, with
+	// its credentials read and opened, only when the cluster's builds
+	// change, not at every look.
+	builtSets map[string]builtSet
+}
+
+// ErrServerOffline means the server has no live connection to this
+// control-plane replica: an agent_upgrade cannot reach it now.
+var ErrServerOffline = errors.New("the server is offline")
+
+// Attach gives the link the hub its agents are connected to (the hub is
+// made after the link: its callbacks are the link's).
+func (l *Link) Attach(h *transport.Hub) { l.hub.Store(h) }
+
+// SendUpgrade sends an agent_upgrade to a server connected to this replica;
+// ErrServerOffline when it is not. The agent answers with an
+// agent_upgrade_result (OnUpgradeResult) and, after restarting, with its
+// new version in its hello.
+func (l *Link) SendUpgrade(ctx context.Context, serverID string, u transport.AgentUpgrade) error {
+	h := l.hub.Load()
+	if h == nil {
+		return ErrServerOffline
+	}
+	err := h.SendUpgrade(ctx, serverID, u)
+	if errors.Is(err, transport.ErrNotConnected) {
+		return fmt.Errorf("%w: %v", ErrServerOffline, err)
+	}
+	return err
+}
+
+// UpgradeResult hands an agent's agent_upgrade_result to OnUpgradeResult.
+func (l *Link) UpgradeResult(ctx context.Context, p transport.Peer, r transport.AgentUpgradeResult) {
+	r.ID, r.Version, r.Error = truncateUTF8(r.ID, 100), truncateUTF8(r.Version, 64), truncateUTF8(r.Error, 1000)
+	if l.OnUpgradeResult != nil {
+		l.OnUpgradeResult(ctx, p.ServerID, r)
+	}
+}
+
+// New returns a link.
+func New(cfg Config) (*Link, error) {
+	if cfg.Pool == nil || cfg.Commands == nil || cfg.Secrets == nil {
+		return nil, errors.New("agentlink: needs a database, a command handler and a secret opener")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Binaries == nil {
+		cfg.Binaries = agentbin.Embedded()
+	}
+	if cfg.Changed == nil {
+		never := make(chan struct{})
+		cfg.Changed = func() <-chan struct{} { return never }
+	}
+	return &Link{cfg: cfg}, nil
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
+// Register exchanges a cluster's join token for a server credential of its own.
+func (l *Link) Register(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", "the request body is too large")
+		return
+	}
+	var req transport.RegisterRequest
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "the body must be {\"joinToken\", \"name\"}")
+		return
+	}
+	tokenID, secret, ok := credential.Parse(req.JoinToken)
+	if !ok {
+		writeError(w, http.StatusUnauthorized, "unauthorized", "the join token is malformed")
+		return
+	}
+	var clusterID, orgID, hash string
+	err = l.cfg.Pool.QueryRow(ctx, `SELECT cluster_id::text, org_id::text, token_hash FROM cluster_join_tokens WHERE id = $1`, tokenID).
+		Scan(&clusterID, &orgID, &hash)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !credential.Matches(hash, secret)) {
+		writeError(w, http.StatusUnauthorized, "unauthorized", "the join token is not valid")
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "database_unavailable", "try again shortly")
+		return
+	}
+	serverID, cred, credHash, err := credential.New()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+		return
+	}
+	actor := domain.Actor{Kind: domain.ActorAgent, ID: serverID, Name: req.Name}
+	res, err := l.cfg.Commands.Cluster(ctx, dispatch.Context{Actor: actor}, orgID, clusterID,
+		domain.RegisterServer{ServerID: serverID, Name: req.Name, CredentialHash: credHash, JoinTokenID: tokenID})
+	switch {
+	case errors.Is(err, domain.ErrForbidden):
+		writeError(w, http.StatusUnauthorized, "unauthorized", "the join token expired or was revoked")
+		return
+	case errors.Is(err, domain.ErrInvalid):
+		writeError(w, http.StatusUnprocessableEntity, "validation_failed", strings.TrimPrefix(err.Error(), "invalid: "))
+		return
+	case errors.Is(err, domain.ErrConflict):
+		writeError(w, http.StatusConflict, "conflict", strings.TrimPrefix(err.Error(), "conflict: "))
+		return
+	case err != nil:
+		l.cfg.Logger.Error("registering a server", "err", err)
+		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+		return
+	}
+	// The agent connects right after: its credential must be readable then.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := projections.WaitFor(wctx, l.cfg.Pool, res.Last, l.cfg.Changed); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "the registration is not visible yet; try again")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(transport.RegisterResponse{ServerID: serverID, ClusterID: clusterID, Credential: cred})
+}
+
+// Authenticate checks an agent's credential, in constant time. The hub calls
+// it at the upgrade, again at the hello and before every desired state: one
+// primary-key read. A database that does not answer is not a refusal
+// (transport.ErrUnavailable): the agent must not stop for good over it.
+func (l *Link) Authenticate(r *http.Request) (transport.Peer, error) {
+	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return transport.Peer{}, errors.New("the agent needs its credential: Authorization: Bearer <credential>")
+	}
+	id, secret, ok := credential.Parse(raw)
+	if !ok {
+		return transport.Peer{}, errors.New("the credential is malformed")
+	}
+	var p transport.Peer
+	var hash string
+	var revoked bool
+	err := l.cfg.Pool.QueryRow(r.Context(), `SELECT s.id::text, s.cluster_id::text, s.org_id::text, s.name, s.credential_hash,
+			s.revoked_at IS NOT NULL OR c.id IS NULL OR c.deleted_at IS NOT NULL
+		FROM servers s LEFT JOIN clusters c ON c.id = s.cluster_id WHERE s.id = $1`, id).Scan(&p.ServerID, &p.ClusterID, &p.OrgID, &p.Name, &hash, &revoked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return transport.Peer{}, errors.New("the credential is not valid")
+	}
+	if err != nil {
+		l.cfg.Logger.Warn("checking an agent's credential", "err", err)
+		return transport.Peer{}, fmt.Errorf("%w: try again shortly", transport.ErrUnavailable)
+	}
+	if !credential.Matches(hash, secret) {
+		return transport.Peer{}, errors.New("the credential is not valid")
+	}
+	if revoked {
+		return transport.Peer{}, errors.New("the credential was revoked")
+	}
+	return p, nil
+}
+
+// Heads returns the latest revision of every environment of the clusters.
+// It reads the revision streams themselves, not the revisions table: a
+// revision is in its stream the moment the projections commit it, a batch
+// before the table has it, and agents are waiting.
+func (l *Link) Heads(ctx context.Context, clusterIDs []string) (map[string][]transport.Head, error) {
+	rows, err := l.cfg.Pool.Query(ctx, `SELECT e.cluster_id::text, e.id::text,
+			(SELECT max(v.stream_version) FROM events v WHERE v.stream_id = 'revisions-' || e.id::text)
+		FROM environments e WHERE e.cluster_id = ANY($1::uuid[])`, clusterIDs)
+	if err != nil {
+		return nil, fmt.Errorf("latest revisions: %w", err)
+	}
+	defer rows.Close()
+	out := map[string][]transport.Head{}
+	for rows.Next() {
+		var cluster string
+		var h transport.Head
+		var rev *int
+		if err := rows.Scan(&cluster, &h.EnvironmentID, &rev); err != nil {
+			return nil, err
+		}
+		if rev == nil {
+			continue
+		}
+		h.Revision = *rev
+		out[cluster] = append(out[cluster], h)
+	}
+	return out, rows.Err()
+}
+
+// HeadsOf maps revisions (environment id -> revision) to their clusters.
+func (l *Link) HeadsOf(ctx context.Context, revisions map[string]int) (map[string][]transport.Head, error) {
+	ids := make([]string, 0, len(revisions))
+	for id := range revisions {
+		ids = append(ids, id)
+	}
+	rows, err := l.cfg.Pool.Query(ctx, `SELECT id::text, cluster_id::text FROM environments WHERE id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("clusters of environments: %w", err)
+	}
+	defer rows.Close()
+	out := map[string][]transport.Head{}
+	for rows.Next() {
+		var env, cluster string
+		if err := rows.Scan(&env, &cluster); err != nil {
+			return nil, err
+		}
+		out[cluster] = append(out[cluster], transport.Head{EnvironmentID: env, Revision: revisions[env]})
+	}
+	return out, rows.Err()
+}
+
+// Fetch loads a revision and opens its secrets for delivery. A secret that
+// cannot be opened holds its service (the compiler holds those it knows of;
+// this covers a key lost after compiling).
+func (l *Link) Fetch(ctx context.Context, envID string, revision int) (transport.DesiredState, error) {
+	if revision < 1 {
+		return transport.DesiredState{}, fmt.Errorf("revision %d of %s: %w", revision, envID, projections.ErrNoRevision)
+	}
+	// A revision records what changed; the agent gets the whole document,
+	// rebuilt and checked against the hash the revision recorded.
+	rev, err := projections.DocumentAt(ctx, l.cfg.Pool, envID, revision)
+	if err != nil {
+		return transport.DesiredState{}, fmt.Errorf("revision %d of %s: %w", revision, envID, err)
+	}
+	hash, doc := rev.Hash, rev.Document
+	for i := range doc.Services {
+		s := &doc.Services[i]
+		for j := range s.Variables {
+			v := &s.Variables[j]
+			if v.Secret == nil {
+				continue
+			}
+			plain, err := l.cfg.Secrets.Open(ctx, domain.SealedValue{DataKeyID: v.Secret.DataKeyID, Ciphertext: v.Secret.Ciphertext})
+			if err != nil {
+				*s = desiredstate.Service{ID: s.ID, Name: s.Name, Held: true, HeldReason: fmt.Sprintf("secret %s cannot be opened: %v", v.Name, err)}
+				break
+			}
+			v.Value, v.Secret = string(plain), nil
+		}
+	}
+	return transport.DesiredState{EnvironmentID: envID, Revision: revision, Hash: hash, Document: doc}, nil
+}
+
+func (l *Link) record(ctx context.Context, p transport.Peer, cmd domain.RecordConnection) {
+	actor := domain.Actor{Kind: domain.ActorAgent, ID: p.ServerID, Name: p.Name}
+	cmd.ClusterID, cmd.ServerID, cmd.Session = p.ClusterID, p.ServerID, p.Session
+	if _, err := l.cfg.Commands.Server(ctx, dispatch.Context{Actor: actor}, p.OrgID, p.ServerID, cmd); err != nil {
+		l.cfg.Logger.Warn("recording an agent connection", "server", p.Name, "err", err)
+	}
+}
+
+// OnHello records the connection.
+func (l *Link) OnHello(ctx context.Context, p transport.Peer, h transport.Hello) {
+	now := l.cfg.Now().UTC()
+	facts, _ := json.Marshal(h.Facts)
+	if _, err := l.cfg.Pool.Exec(ctx, `INSERT INTO server_status (server_id, org_id, cluster_id, replica, version, arch, facts, leader, connected, connected_at, last_heartbeat_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, true, $9, $9)
+		ON CONFLICT (server_id) DO UPDATE SET replica = EXCLUDED.replica, version = EXCLUDED.version, arch = EXCLUDED.arch,
+			facts = EXCLUDED.facts, leader = EXCLUDED.leader, connected = true, connected_at = EXCLUDED.connected_at,
+			last_heartbeat_at = EXCLUDED.last_heartbeat_at`,
+		p.ServerID, p.OrgID, p.ClusterID, l.cfg.Replica, truncate(h.Version, 64), truncate(h.Arch, 16), facts, h.Facts.Leader, now); err != nil {
+		l.cfg.Logger.Warn("recording an agent's hello", "server", p.Name, "err", err)
+	}
+	l.record(ctx, p, domain.RecordConnection{Connected: true, Version: truncateUTF8(h.Version, 64), Arch: truncateUTF8(h.Arch, 16),
+		Upgradable: h.Upgradable, CannotUpgrade: truncateUTF8(h.CannotUpgrade, 200), AgentUpgrade: upgradeFacts(h.Facts.AgentUpgrade)})
+}
+
+// OnHeartbeat keeps the server's last-seen time: telemetry, not an event.
+func (l *Link) OnHeartbeat(ctx context.Context, p transport.Peer, h transport.Heartbeat) {
+	if _, err := l.cfg.Pool.Exec(ctx, `UPDATE server_status SET last_heartbeat_at = $2, leader = $3, connected = true WHERE server_id = $1`,
+		p.ServerID, l.cfg.Now().UTC(), h.Leader); err != nil {
+		l.cfg.Logger.Warn("recording a heartbeat", "server", p.Name, "err", err)
+	}
+}
+
+// OnAck keeps each server's last acknowledgement of each environment.
+func (l *Link) OnAck(ctx context.Context, p transport.Peer, a transport.Ack) {
+	if domain.ValidateID("environment", a.EnvironmentID) != nil {
+		return
+	}
+	services, _ := json.Marshal(a.Services)
+	if _, err := l.cfg.Pool.Exec(ctx, `INSERT INTO revision_acks (environment_id, server_id, org_id, revision, hash, ignored, services, acked_at)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM environments WHERE id = $1 AND cluster_id = $9)
+		ON CONFLICT (environment_id, server_id) DO UPDATE SET revision = EXCLUDED.revision, hash = EXCLUDED.hash,
+			ignored = EXCLUDED.ignored, services = EXCLUDED.services, acked_at = EXCLUDED.acked_at`,
+		a.EnvironmentID, p.ServerID, p.OrgID, a.Revision, truncate(a.Hash, 100), a.Ignored, services, l.cfg.Now().UTC(), p.ClusterID); err != nil {
+		l.cfg.Logger.Warn("recording an acknowledgement", "server", p.Name, "err", err)
+	}
+}
+
+// OnStatus keeps the cluster's report of nodes, workloads and warnings.
+func (l *Link) OnStatus(ctx context.Context, p transport.Peer, st transport.Status) {
+	if l.cfg.Telemetry == nil {
+		return
+	}
+	if err := l.cfg.Telemetry.SaveStatus(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, st); err != nil {
+		l.cfg.Logger.Warn("saving a status report", "server", p.Name, "err", err)
+	}
+}
+
+// OnLogs keeps a batch of container log lines.
+func (l *Link) OnLogs(ctx context.Context, p transport.Peer, lg transport.Logs) {
+	if l.cfg.Telemetry == nil || domain.ValidateID("environment", lg.EnvironmentID) != nil {
+		return
+	}
+	if err := l.cfg.Telemetry.SaveLogs(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, lg); err != nil {
+		l.cfg.Logger.Warn("saving log lines", "server", p.Name, "err", err)
+	}
+}
+
+// OnStage records a rollout stage the agent reported as a command on the
+// deployment's own stream; the deployment checks that it runs on the
+// reporting agent's cluster, and only moves forward.
+func (l *Link) OnStage(ctx context.Context, p transport.Peer, st transport.StageReport) {
+	if domain.ValidateID("deployment", st.DeploymentID) != nil {
+		l.cfg.Logger.Warn("ignoring a stage report without a valid deployment id", "server", p.Name)
+		return
+	}
+	actor := domain.Actor{Kind: domain.ActorAgent, ID: p.ServerID, Name: p.Name}
+	report := domain.ReportStage{ClusterID: p.ClusterID, Stage: domain.DeploymentStatus(st.Stage), Ready: st.Ready, Desired: st.Desired,
+		Detail: truncateUTF8(st.Detail, domain.MaxDetail)}
+	_, err := l.cfg.Commands.Deployment(ctx, dispatch.Context{Actor: actor}, p.OrgID, st.DeploymentID, report)
+	if errors.Is(err, domain.ErrNotFound) {
+		// The agent can be quicker than the reactions: it received the
+		// revision the moment it was compiled, and reports its first stage
+		// before the deployment's stream is open. Open it here, as the
+		// reactions would, and report again.
+		if err = l.deliver(ctx, p, st.DeploymentID); err == nil {
+			_, err = l.cfg.Commands.Deployment(ctx, dispatch.Context{Actor: actor}, p.OrgID, st.DeploymentID, report)
+		}
+	}
+	if err != nil {
+		l.cfg.Logger.Warn("recording a stage report", "server", p.Name, "deployment", st.DeploymentID, "stage", truncateUTF8(st.Stage, 40), "err", err)
+	}
+}
+
+// deliver opens a deployment's stream from the read models, for a report
+// that arrived before the reactions delivered it. The deployment must be of
+// an environment on the reporting agent's cluster.
+func (l *Link) deliver(ctx context.Context, p transport.Peer, deploymentID string) error {
+	var c domain.DeliverDeployment
+	var deadline int
+	err := l.cfg.Pool.QueryRow(ctx, `SELECT d.project_id::text, d.environment_id::text, d.service_id::text, d.release_id::text, e.cluster_id::text,
+			coalesce((SELECT max(v.stream_version) FROM events v WHERE v.stream_id = 'revisions-' || d.environment_id::text), 0),
+			coalesce(s.progress_deadline_seconds, 0)
+		FROM deployments d JOIN environments e ON e.id = d.environment_id LEFT JOIN services s ON s.id = d.service_id
+		WHERE d.id = $1 AND d.org_id = $2 AND e.cluster_id = $3`, deploymentID, p.OrgID, p.ClusterID).
+		Scan(&c.ProjectID, &c.EnvironmentID, &c.ServiceID, &c.ReleaseID, &c.ClusterID, &c.Revision, &deadline)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: deployment %s on this cluster", domain.ErrNotFound, deploymentID)
+	}
+	if err != nil {
+		return err
+	}
+	c.ProgressDeadline = time.Duration(deadline) * time.Second
+	_, err = l.cfg.Commands.Deployment(ctx, dispatch.Context{Actor: domain.System("reactions")}, p.OrgID, deploymentID, c)
+	return err
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// OnDisconnect records that the connection ended.
+func (l *Link) OnDisconnect(ctx context.Context, p transport.Peer, reason string) {
+	if _, err := l.cfg.Pool.Exec(ctx, `UPDATE server_status SET connected = false WHERE server_id = $1 AND replica = $2`, p.ServerID, l.cfg.Replica); err != nil {
+		l.cfg.Logger.Warn("recording a disconnect", "server", p.Name, "err", err)
+	}
+	l.record(ctx, p, domain.RecordConnection{Connected: false, Reason: truncateUTF8(reason, 200)})
+}
+
+// Revoked returns which of the servers have had their credential revoked
+// (or their cluster deleted), so every replica can drop them at once.
+func (l *Link) Revoked(ctx context.Context, serverIDs []string) ([]string, error) {
+	rows, err := l.cfg.Pool.Query(ctx, `SELECT s.id::text FROM servers s LEFT JOIN clusters c ON c.id = s.cluster_id
+		WHERE s.id = ANY($1::uuid[]) AND (s.revoked_at IS NOT NULL OR c.id IS NULL OR c.deleted_at IS NOT NULL)`, serverIDs)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,243 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/projections"
+)
+
+const (
+	orgPath     = "/api/v1/orgs/{org}"
+	projectPath = orgPath + "/projects/{project}"
+	envPath     = projectPath + "/environments/{env}"
+	targetPath  = envPath + "/services/{service}"
+	clusterPath = orgPath + "/clusters/{cluster}"
+)
+
+// routeTable is every route of the API. Order matters only for the document.
+func (a *API) routeTable() []route {
+	var (
+		read    = domain.ScopeProjectsRead
+		write   = domain.ScopeProjectsWrite
+		deploy  = domain.ScopeDeploymentsWrite
+		approve = domain.ScopeApprovalsWrite
+		srvRead = domain.ScopeServersRead
+		srvWrit = domain.ScopeServersWrite
+		members = domain.ScopeMembersWrite
+		tokens  = domain.ScopeTokensWrite
+		audit   = domain.ScopeAuditRead
+		admin   = domain.ScopeInstanceAdmin
+		bRead   = domain.ScopeBuildsRead
+		bWrite  = domain.ScopeBuildsWrite
+		ok      = http.StatusOK
+		created = http.StatusCreated
+		none    = http.StatusNoContent
+		later   = http.StatusAccepted
+	)
+	limit := param{"limit", "at most this many items", "integer"}
+	return []route{
+		{method: "POST", path: "/api/v1/setup", tag: "setup", summary: "Create the first user (instance administrator) and organisation; refused once any user exists", public: true,
+			request: SetupRequest{}, response: SetupResponse{}, status: created, creating: true, handle: a.setup},
+		{method: "POST", path: "/api/v1/sessions", tag: "sessions", summary: "Sign in with e-mail and password (rate-limited); returns a session token", public: true,
+			request: LoginRequest{}, response: SessionResponse{}, status: created, handle: a.login},
+		{method: "DELETE", path: "/api/v1/sessions/current", tag: "sessions", summary: "Sign out: revoke the token in use",
+			status: none, handle: a.logout},
+		{method: "GET", path: "/api/v1/me", tag: "users", summary: "Who the caller is", response: MeResponse{}, status: ok, handle: a.me},
+		{method: "GET", path: "/api/v1/tokens", tag: "tokens", summary: "The caller's API tokens (never their secrets)", response: []query.Token{}, status: ok, handle: a.listTokens},
+		{method: "POST", path: "/api/v1/tokens", tag: "tokens", summary: "Create an API token with scopes; the secret is shown once", scope: tokens,
+			request: CreateTokenRequest{}, response: CreatedToken{}, status: created, creating: true, handle: a.createToken},
+		{method: "GET", path: "/api/v1/tokens/{token}", tag: "tokens", summary: "One of the caller's API tokens (never its secret)", response: query.Token{}, status: ok, handle: a.getToken},
+		{method: "DELETE", path: "/api/v1/tokens/{token}", tag: "tokens", summary: "Revoke one of the caller's tokens", scope: tokens, status: none, handle: a.revokeToken},
+		{method: "GET", path: "/api/v1/users", tag: "users", summary: "Every user (instance administrator)", scope: admin, response: []query.User{}, status: ok, handle: a.listUsers},
+		{method: "POST", path: "/api/v1/users", tag: "users", summary: "Add a user (instance administrator)", scope: admin,
+			request: CreateUserRequest{}, response: query.User{}, status: created, creating: true, handle: a.createUser},
+		{method: "GET", path: "/api/v1/users/{user}", tag: "users", summary: "A user (instance administrator)", scope: admin, response: query.User{}, status: ok, handle: a.getUser},
+		{method: "GET", path: "/api/v1/instance/settings", tag: "instance", summary: "Instance settings", scope: admin, response: query.InstanceSettings{}, status: ok, handle: a.getSettings},
+		{method: "PATCH", path: "/api/v1/instance/settings", tag: "instance", summary: "Change instance settings (agent auto-upgrade)", scope: admin,
+			request: SettingsRequest{}, response: query.InstanceSettings{}, status: ok, handle: a.updateSettings},
+		{method: "PUT", path: "/api/v1/instance/settings", tag: "instance", summary: "Set instance settings: agentAutoUpgrade upgrades a provably behind agent when it connects (on by default)", scope: admin,
+			request: SettingsRequest{}, response: query.InstanceSettings{}, status: ok, handle: a.updateSettings},
+		{method: "GET", path: "/api/v1/instance/upgrade", tag: "upgrades", summary: "The control plane's version, each server's agent version skew and last upgrade, and the last pre-upgrade backup (instance administrator)", scope: admin,
+			response: InstanceUpgrade{}, status: ok, handle: a.instanceUpgrade},
+		{method: "POST", path: "/api/v1/servers/upgrade", tag: "upgrades", summary: "Upgrade the agents of an organisation's servers that can be upgraded now, one at a time in name order; the first failure halts the rollout (409 nothing_to_upgrade, upgrade_in_progress; 422 no_agent_binary)", scope: srvWrit,
+			request: RolloutRequest{}, response: RolloutAccepted{}, status: later, handle: a.upgradeRollout},
+		{method: "POST", path: "/api/v1/servers/{server}/upgrade", tag: "upgrades", summary: "Upgrade a server's agent to the control plane's version; force installs a version it rolled back (409 server_offline, agent_current, agent_newer, upgrade_in_progress; 422 agent_predates_upgrade, no_agent_binary)", scope: srvWrit,
+			request: UpgradeRequest{}, response: UpgradeAccepted{}, status: later, handle: a.upgradeServer},
+		{method: "GET", path: "/api/v1/instance/backups", tag: "instance", summary: "Control-plane backups in the destination, newest first (instance administrator)", scope: admin,
+			response: []Backup{}, status: ok, handle: a.listBackups},
+		{method: "POST", path: "/api/v1/instance/backups", tag: "instance", summary: "Take a control-plane backup now (pg_dump and manifest; instance administrator)", scope: admin,
+			response: Backup{}, status: created, handle: a.createBackup},
+		{method: "GET", path: "/api/v1/instance/backups/{backup}", tag: "instance", summary: "A control-plane backup, by its dump's file name (instance administrator)", scope: admin,
+			response: Backup{}, status: ok, handle: a.getBackup},
+		{method: "GET", path: "/api/v1/audit", tag: "audit", summary: "The whole audit log (instance administrator)", scope: admin, response: AuditPage{}, status: ok,
+			query: auditParams(), handle: a.audit},
+		{method: "GET", path: "/api/v1/instance/parked-events", tag: "instance", summary: "Events the projections or reactions could not handle and set aside (instance administrator)",
+			scope: admin, response: ParkedEvents{}, status: ok, query: []param{{"subscription", "only this subscription's (projections, reactions)", "string"}}, handle: a.listParked},
+		{method: "POST", path: "/api/v1/instance/parked-events/retry", tag: "instance", summary: "Handle parked events again, each stream's in order, once the cause is fixed (instance administrator)",
+			scope: admin, request: RetryParkedRequest{}, response: RetryParkedResponse{}, status: ok, handle: a.retryParked},
+
+		{method: "GET", path: "/api/v1/orgs", tag: "organisations", summary: "Organisations of the caller", response: []query.Organisation{}, status: ok, handle: a.listOrganisations},
+		{method: "POST", path: "/api/v1/orgs", tag: "organisations", summary: "Create an organisation owned by the caller", scope: write,
+			request: CreateOrganisationRequest{}, response: query.Organisation{}, status: created, creating: true, handle: a.createOrganisation},
+		{method: "GET", path: orgPath, tag: "organisations", summary: "An organisation", scope: read, response: query.Organisation{}, status: ok, handle: a.getOrganisation},
+		{method: "GET", path: orgPath + "/members", tag: "members", summary: "Members and their roles", scope: read, response: []query.Member{}, status: ok, handle: a.listMembers},
+		{method: "POST", path: orgPath + "/members", tag: "members", summary: "Add a user by e-mail with a role", scope: members,
+			request: AddMemberRequest{}, response: query.Member{}, status: created, creating: true, handle: a.addMember},
+		{method: "GET", path: orgPath + "/members/{user}", tag: "members", summary: "A member and their role", scope: read, response: query.Member{}, status: ok, handle: a.getMember},
+		{method: "PATCH", path: orgPath + "/members/{user}", tag: "members", summary: "Change a member's role", scope: members,
+			request: ChangeRoleRequest{}, response: query.Member{}, status: ok, handle: a.changeMember},
+		{method: "DELETE", path: orgPath + "/members/{user}", tag: "members", summary: "Remove a member", scope: members, status: none, handle: a.removeMember},
+		{method: "GET", path: orgPath + "/deployments", tag: "deployments", summary: "The organisation's deployments in progress (not succeeded, failed or superseded), newest first, with where they run and their blockers", scope: read,
+			response: []DeploymentInProgress{}, status: ok, query: []param{{"status", "in-progress (the default and only value)", "string"}, limit}, handle: a.orgDeployments},
+		{method: "GET", path: orgPath + "/audit", tag: "audit", summary: "The organisation's audit log (filters, cursor pagination)", scope: audit,
+			response: AuditPage{}, status: ok, query: auditParams(), handle: a.audit},
+		{method: "GET", path: orgPath + "/audit/events", tag: "audit",
+			summary: "Follow the organisation's audit log (server-sent events): each new entry, filtered like the list by action, actor, target and since", scope: audit,
+			status: ok, query: auditParams()[:4], handle: a.auditEvents, events: []streamEvent{
+				{"audit", "id: the audit log entry's seq (resume with Last-Event-ID, or an entry's seq; without it the stream starts with what happens next)", AuditEvent{}},
+			}},
+
+		{method: "GET", path: orgPath + "/clusters", tag: "clusters", summary: "Clusters", scope: srvRead, response: []query.Cluster{}, status: ok, handle: a.listClusters},
+		{method: "POST", path: orgPath + "/clusters", tag: "clusters", summary: "Create a cluster; returns its first join token once", scope: srvWrit,
+			request: CreateClusterRequest{}, response: ClusterResponse{}, status: created, creating: true, handle: a.createCluster},
+		{method: "GET", path: clusterPath, tag: "clusters", summary: "A cluster", scope: srvRead, response: ClusterResponse{}, status: ok, handle: a.getCluster},
+		{method: "DELETE", path: clusterPath, tag: "clusters", summary: "Delete a cluster that runs no environment", scope: srvWrit, status: none, handle: a.deleteCluster},
+		{method: "GET", path: clusterPath + "/join-tokens", tag: "clusters", summary: "Join tokens (never their secrets)", scope: srvRead, response: []query.JoinToken{}, status: ok, handle: a.listJoinTokens},
+		{method: "POST", path: clusterPath + "/join-tokens", tag: "clusters", summary: "Issue a join token; the secret is shown once", scope: srvWrit,
+			request: JoinTokenRequest{}, response: CreatedJoinToken{}, status: created, creating: true, handle: a.createJoinToken},
+		{method: "GET", path: clusterPath + "/join-tokens/{token}", tag: "clusters", summary: "A join token (never its secret)", scope: srvRead, response: query.JoinToken{}, status: ok, handle: a.getJoinToken},
+		{method: "DELETE", path: clusterPath + "/join-tokens/{token}", tag: "clusters", summary: "Revoke a join token", scope: srvWrit, status: none, handle: a.revokeJoinToken},
+		{method: "GET", path: clusterPath + "/servers", tag: "clusters", summary: "Servers (agent installations) of a cluster", scope: srvRead, response: []query.Server{}, status: ok, handle: a.listServers},
+		{method: "DELETE", path: clusterPath + "/servers/{server}", tag: "clusters", summary: "Revoke a server's credential: its agent is disconnected at once and refused afterwards", scope: srvWrit, status: none, handle: a.revokeServer},
+
+		{method: "GET", path: orgPath + "/projects", tag: "projects", summary: "Projects", scope: read, response: []query.Project{}, status: ok, handle: a.listProjects},
+		{method: "POST", path: orgPath + "/projects", tag: "projects", summary: "Create a project", scope: write,
+			request: CreateProjectRequest{}, response: query.Project{}, status: created, creating: true, handle: a.createProject},
+		{method: "GET", path: projectPath, tag: "projects", summary: "A project", scope: read, response: query.Project{}, status: ok, handle: a.getProject},
+		{method: "DELETE", path: projectPath, tag: "projects", summary: "Delete a project (a change set of its protected environment, when it has one)", scope: write, status: none,
+			accepted: query.ChangeSet{}, handle: a.deleteProject},
+		{method: "GET", path: projectPath + "/environments", tag: "environments", summary: "Environments", scope: read, response: []query.Environment{}, status: ok, handle: a.listEnvironments},
+		{method: "POST", path: projectPath + "/environments", tag: "environments", summary: "Create an environment on a cluster", scope: write,
+			request: CreateEnvironmentRequest{}, response: query.Environment{}, status: created, creating: true, handle: a.createEnvironment},
+		{method: "GET", path: envPath, tag: "environments", summary: "An environment", scope: read, response: query.Environment{}, status: ok, handle: a.getEnvironment},
+		{method: "PATCH", path: envPath, tag: "environments", summary: "Change an environment's cluster or protection", scope: approve,
+			request: UpdateEnvironmentRequest{}, response: query.Environment{}, status: ok, accepted: query.ChangeSet{}, handle: a.updateEnvironment},
+		{method: "DELETE", path: envPath, tag: "environments", summary: "Delete an environment (a change set, when it is protected)", scope: approve, status: none,
+			accepted: query.ChangeSet{}, handle: a.deleteEnvironment},
+		{method: "GET", path: projectPath + "/matrix", tag: "projects", summary: "The project's services (by name, paged) each with a cell per environment: current release, latest deployment and its blockers, held and why, automatic deploys paused", scope: read,
+			response: []MatrixRow{}, status: ok, query: []param{limit}, handle: a.projectMatrix},
+		{method: "GET", path: projectPath + "/services", tag: "services", summary: "Services", scope: read, response: []query.Service{}, status: ok, handle: a.listServices},
+		{method: "POST", path: projectPath + "/services", tag: "services", summary: "Create a service from an image or a Git branch", scope: write,
+			request: ServiceRequest{}, response: query.Service{}, status: created, creating: true, handle: a.createService},
+		{method: "GET", path: projectPath + "/services/{service}", tag: "services", summary: "A service", scope: read, response: query.Service{}, status: ok, handle: a.getService},
+		{method: "PATCH", path: projectPath + "/services/{service}", tag: "services", summary: "Change a service's source or processes", scope: write,
+			request: ServiceRequest{}, response: query.Service{}, status: ok, handle: a.updateService},
+		{method: "DELETE", path: projectPath + "/services/{service}", tag: "services", summary: "Delete a service everywhere; services referencing it are held (a change set, when it runs in a protected environment)", scope: write, status: none,
+			accepted: query.ChangeSet{}, handle: a.deleteService},
+
+		{method: "GET", path: envPath + "/variables", tag: "variables", summary: "Environment-wide variables (secret values are never returned)", scope: read, response: []query.Variable{}, status: ok, handle: a.listVariables},
+		{method: "PUT", path: envPath + "/variables", tag: "variables", summary: "Set environment-wide variables", scope: write,
+			request: SetVariablesRequest{}, response: VariablesResponse{}, status: ok, accepted: VariablesResponse{}, handle: a.setVariables},
+		{method: "DELETE", path: envPath + "/variables/{name}", tag: "variables", summary: "Unset an environment-wide variable", scope: write, response: VariablesResponse{}, status: ok, accepted: VariablesResponse{}, handle: a.unsetVariable},
+		{method: "GET", path: targetPath + "/variables", tag: "variables", summary: "A service's variables in an environment, environment-wide ones merged", scope: read, response: []query.Variable{}, status: ok, handle: a.listVariables},
+		{method: "PUT", path: targetPath + "/variables", tag: "variables", summary: "Set a service's variables (plain, secret, or ${{ service.VAR }} references)", scope: write,
+			request: SetVariablesRequest{}, response: VariablesResponse{}, status: ok, accepted: VariablesResponse{}, handle: a.setVariables},
+		{method: "DELETE", path: targetPath + "/variables/{name}", tag: "variables", summary: "Unset a service's variable", scope: write, response: VariablesResponse{}, status: ok, accepted: VariablesResponse{}, handle: a.unsetVariable},
+		{method: "GET", path: envPath + "/domains", tag: "domains", summary: "Domains of an environment", scope: read, response: []query.Domain{}, status: ok, handle: a.listDomains},
+		{method: "GET", path: targetPath + "/domains", tag: "domains", summary: "Domains of a service", scope: read, response: []query.Domain{}, status: ok, handle: a.listDomains},
+		{method: "POST", path: targetPath + "/domains", tag: "domains", summary: "Route a host name to a service", scope: write,
+			request: AddDomainRequest{}, response: query.Domain{}, status: created, accepted: query.ChangeSet{}, creating: true, handle: a.addDomain},
+		{method: "GET", path: targetPath + "/domains/{host}", tag: "domains", summary: "A host name routed to a service", scope: read, response: query.Domain{}, status: ok, handle: a.getDomain},
+		{method: "DELETE", path: targetPath + "/domains/{host}", tag: "domains", summary: "Stop routing a host name", scope: write, status: none, accepted: query.ChangeSet{}, handle: a.removeDomain},
+		{method: "GET", path: targetPath + "/replicas", tag: "services", summary: "How many copies of each of a service's processes run in an environment", scope: read,
+			response: []query.ProcessReplicas{}, status: ok, handle: a.listReplicas},
+		{method: "PUT", path: targetPath + "/replicas", tag: "services", summary: "Scale a process of a service in an environment (a new release; waits for approval in a protected environment)", scope: write,
+			request: ScaleRequest{}, response: ReplicasResponse{}, status: ok, accepted: query.ChangeSet{}, handle: a.scale},
+		{method: "POST", path: targetPath + "/deployments", tag: "deployments", summary: "Deploy an image (pinned to its digest) as a new release; a Git service builds the tracked branch's head, or commit (the deployment starts when the build succeeds)", scope: deploy,
+			request: DeployRequest{}, response: DeployResponse{}, status: later, creating: true, handle: a.deploy},
+		{method: "POST", path: targetPath + "/rollback", tag: "deployments", summary: "Deploy an earlier release again", scope: deploy,
+			request: RollbackRequest{}, response: DeployResponse{}, status: later, creating: true, handle: a.rollback},
+		{method: "GET", path: targetPath + "/deployments", tag: "deployments", summary: "Deployments, newest first, with their rollout stage, stall flag and blockers", scope: read, response: []DeploymentView{}, status: ok,
+			query: []param{limit}, handle: a.listDeployments},
+		{method: "GET", path: targetPath + "/deployments/{deployment}", tag: "deployments", summary: "A deployment with every stage of its rollout", scope: read,
+			response: DeploymentDetail{}, status: ok, handle: a.getDeployment},
+		{method: "GET", path: targetPath + "/deployments/{deployment}/events", tag: "deployments",
+			summary: "Follow a deployment (server-sent events): a deployment snapshot, then each stage of its rollout; the stream closes after the stage that ends it", scope: read,
+			status: ok, handle: a.deploymentEvents, events: []streamEvent{
+				{"deployment", "no id; the deployment as it stands: sent first, and again when its stall flag or blockers change", DeploymentView{}},
+				{"stage", "id: the stage's seq (resume with Last-Event-ID); one per stage, in order; the one with terminal set is the last event of the stream", DeploymentStageEvent{}},
+			}},
+		{method: "GET", path: targetPath, tag: "deployments", summary: "A service in an environment: current release, latest deployment, and whether automatic deploys are paused", scope: read,
+			response: TargetView{}, status: ok, handle: a.getTarget},
+		{method: "POST", path: targetPath + "/resume-deploys", tag: "deployments", summary: "Resume automatic deploys of a service in an environment, which a rollback paused", scope: deploy,
+			response: TargetView{}, status: ok, handle: a.resumeDeploys},
+		{method: "GET", path: targetPath + "/releases", tag: "deployments", summary: "The release history", scope: read, response: []query.Release{}, status: ok, handle: a.listReleases},
+		{method: "GET", path: envPath + "/state", tag: "state", summary: "The desired state: the latest revision, revision N, or the one in force at a time", scope: read,
+			response: projections.Revision{}, status: ok, query: []param{{"revision", "revision number", "integer"}, {"at", "RFC 3339 time", "string"}}, handle: a.state},
+		{method: "GET", path: envPath + "/acknowledgements", tag: "state", summary: "Each server's last acknowledgement of the environment's desired state, with per-service outcomes", scope: read,
+			response: []query.Acknowledgement{}, status: ok, handle: a.listAcknowledgements},
+		{method: "GET", path: targetPath + "/logs", tag: "state", summary: "A service's container logs (kept 7 days); follow with the cursor", scope: read,
+			response: LogPage{}, status: ok, query: []param{{"cursor", "next of the previous page (always present: the position to continue following from)", "string"}, limit}, handle: a.logs},
+		{method: "GET", path: envPath + "/workloads", tag: "state", summary: "Desired and ready pods of each release and process, as the agent reports them", scope: read,
+			response: []query.Workload{}, status: ok, handle: a.workloads},
+		{method: "GET", path: clusterPath + "/events", tag: "clusters", summary: "Kubernetes warning events about managed objects, as the agent reports them", scope: srvRead,
+			response: []query.ClusterEvent{}, status: ok, handle: a.clusterEvents},
+		{method: "GET", path: clusterPath + "/nodes", tag: "clusters", summary: "The cluster's nodes, as its agent reports them", scope: srvRead,
+			response: []query.Node{}, status: ok, handle: a.nodes},
+		{method: "GET", path: envPath + "/events", tag: "environments",
+			summary: "Follow an environment's activity (server-sent events): audit log entries about the environment, its services there, its deployments and change sets", scope: read,
+			status: ok, handle: a.environmentEvents, events: []streamEvent{
+				{"audit", "id: the audit log entry's seq (resume with Last-Event-ID; without it the stream starts with what happens next)", EnvironmentEvent{}},
+			}},
+		{method: "POST", path: HookPath + "{hook}", tag: "builds", public: true, signed: true,
+			summary:  "A forge's push webhook (GitHub, GitLab, Gitea, Forgejo, Bitbucket Cloud), signed with the project's secret over the raw body (401 unsigned or bad_signature; 400 not a JSON payload of the event; 413 over 1 MiB); a redelivery is a no-op",
+			response: HookResponse{}, status: ok, handle: a.receiveHook},
+		{method: "GET", path: projectPath + "/webhook", tag: "builds", summary: "The project's push webhook: its URL and whether a secret is set (never the secret)", scope: read,
+			response: WebhookInfo{}, status: ok, handle: a.getWebhook},
+		{method: "POST", path: projectPath + "/webhook/rotate", tag: "builds", summary: "Make the webhook's secret (the first, or a new one: the one before is accepted for 24 hours); shown once", scope: write,
+			response: WebhookSecret{}, status: ok, handle: a.rotateWebhook},
+		{method: "GET", path: projectPath + "/webhook/deliveries", tag: "builds", summary: "Deliveries the webhook received, newest first, with their outcome (building, or ignored and why)", scope: bRead,
+			response: []query.Delivery{}, status: ok, query: []param{limit}, handle: a.listDeliveries},
+		{method: "GET", path: projectPath + "/builds", tag: "builds", summary: "Builds from Git, newest first", scope: bRead,
+			response: []query.Build{}, status: ok, query: []param{{"service", "only this service's", "string"}, limit}, handle: a.listBuilds},
+		{method: "GET", path: orgPath + "/builds/{build}", tag: "builds", summary: "A build: its status, image and digest, or why it failed (exit code and last log lines)", scope: bRead,
+			response: query.Build{}, status: ok, handle: a.getBuild},
+		{method: "POST", path: orgPath + "/builds/{build}/cancel", tag: "builds", summary: "Cancel a build that has not finished (a running build's Job is stopped); 409 when it is over", scope: bWrite,
+			response: query.Build{}, status: ok, handle: a.cancelBuild},
+		{method: "GET", path: orgPath + "/builds/{build}/logs", tag: "builds", summary: "A build's output (kept 7 days); follow with the cursor", scope: bRead,
+			response: BuildLogPage{}, status: ok, query: []param{{"cursor", "next of the previous page (always present: the position to continue following from)", "string"}, limit}, handle: a.buildLogs},
+		{method: "GET", path: orgPath + "/builds/{build}/logs/events", tag: "builds",
+			summary: "Follow a build's output (server-sent events): the build, then each line; the stream closes when the build is over", scope: bRead,
+			status: ok, handle: a.buildLogEvents, events: []streamEvent{
+				{"build", "no id; the build as it stands: first, and again when its status changes", query.Build{}},
+				{"line", "id: the line's id (resume with Last-Event-ID)", BuildLogEvent{}},
+			}},
+		{method: "GET", path: targetPath + "/tracking", tag: "builds", summary: "The branch a Git service follows in an environment", scope: read,
+			response: TrackingView{}, status: ok, handle: a.getTracking},
+		{method: "PUT", path: targetPath + "/tracking", tag: "builds", summary: "Set the branch a Git service follows in an environment (pushes to it build and deploy there), or none", scope: write,
+			request: TrackRequest{}, response: TrackingView{}, status: ok, handle: a.track},
+
+		{method: "GET", path: envPath + "/changesets", tag: "changesets", summary: "Change sets of a protected environment", scope: read, response: []query.ChangeSet{}, status: ok,
+			query: []param{{"status", "open, approved, rejected or expired", "string"}}, handle: a.listChangeSets},
+		{method: "GET", path: envPath + "/changesets/{changeset}", tag: "changesets", summary: "A change set, with what each change changes (the present value against the new one; secrets masked)", scope: read,
+			response: ChangeSetView{}, status: ok, handle: a.getChangeSet},
+		{method: "POST", path: envPath + "/changesets/{changeset}/approve", tag: "changesets", summary: "Approve and apply a change set (not your own), naming the version approved: 409 when it changed since", scope: approve,
+			request: ChangeSetDecision{}, response: query.ChangeSet{}, status: ok, handle: a.decideChangeSet(true)},
+		{method: "POST", path: envPath + "/changesets/{changeset}/reject", tag: "changesets", summary: "Reject a change set", scope: approve,
+			request: ChangeSetDecision{}, response: query.ChangeSet{}, status: ok, handle: a.decideChangeSet(false)},
+	}
+}
+
+func auditParams() []param {
+	return []param{
+		{"action", "action, or a prefix ending in .*", "string"},
+		{"actor", "actor id", "string"},
+		{"target", "target name prefix", "string"},
+		{"since", "RFC 3339 time", "string"},
+		{"until", "RFC 3339 time", "string"},
+		{"cursor", "next of the previous page (absent on the last page)", "string"},
+		{"limit", "rows per page (1-1000)", "integer"},
+	}
+}
