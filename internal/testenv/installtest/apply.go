@@ -96,3 +96,11 @@ func Apply(t testing.TB, cs kubernetes.Interface, manifest string, skip func(run
 		}
 	}
 }
+
+// NoAgentPod is a skip for Apply: the agent's StatefulSet, for the tests
+// that run the agent in process (as the manifest's service account) rather
+// than as its pod.
+func NoAgentPod(obj runtime.Object) bool {
+	_, agentPod := obj.(*appsv1.StatefulSet)
+	return agentPod
+}

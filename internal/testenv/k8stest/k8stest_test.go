@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/wait"
 )
 
 func TestMain(m *testing.M) { k8stest.Main(m) }
@@ -242,7 +243,7 @@ func createDeployment(t *testing.T, cs kubernetes.Interface, ns, name string, re
 func waitDeploymentReady(t *testing.T, cs kubernetes.Interface, ns, name string, replicas int32, timeout time.Duration) {
 	t.Helper()
 	var last string
-	ok := assertEventually(timeout, func() bool {
+	ok := wait.Until(timeout, func() bool {
 		d, err := cs.AppsV1().Deployments(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
@@ -253,19 +254,6 @@ func waitDeploymentReady(t *testing.T, cs kubernetes.Interface, ns, name string,
 	})
 	if !ok {
 		t.Fatalf("Deployment %s/%s not ready within %v: %s", ns, name, timeout, last)
-	}
-}
-
-func assertEventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
