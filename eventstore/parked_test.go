@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,34 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 )
-
-// fakeClock is the injected clock of the parking tests: sleeping advances
-// it at once.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	sleeps []time.Duration
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) bool {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.sleeps = append(c.sleeps, d)
-	c.mu.Unlock()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(time.Millisecond):
-		return true
-	}
-}
 
 // handled records, in order, the events a test handler stored.
 func handled(t *testing.T, pool *pgxpool.Pool) []int64 {
@@ -93,7 +66,7 @@ func TestPoisonEventIsParkedAndOtherStreamsGoOn(t *testing.T) {
 	b2, err := s.Append(ctx, appendReq("b", 1, rec("thing.made", 2)))
 	require.NoError(t, err)
 
-	clock := &fakeClock{now: t0}
+	clock := testclock.New(t0) // a sleep moves it at once
 	sub := eventstore.Subscription{Name: "poisoned", Handle: handle, BatchSize: 100, PollInterval: 10 * time.Millisecond,
 		Park: eventstore.ParkPolicy{Attempts: 5, Window: time.Minute, Now: clock.Now, Sleep: clock.Sleep}}
 	done := make(chan struct{})
@@ -184,7 +157,7 @@ func TestConnectionErrorsAreNotParked(t *testing.T) {
 	_, err := s.Append(ctx, appendReq("a", 0, rec("thing.made", 1)))
 	require.NoError(t, err)
 	var calls atomic.Int64
-	clock := &fakeClock{now: t0}
+	clock := testclock.New(t0) // a sleep moves it at once
 	sub := eventstore.Subscription{Name: "flaky", BatchSize: 10, PollInterval: 10 * time.Millisecond,
 		Park: eventstore.ParkPolicy{Attempts: 2, Window: time.Second, Now: clock.Now, Sleep: clock.Sleep},
 		Handle: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
@@ -218,7 +191,7 @@ func TestRunRetriesCreatingItsCheckpoint(t *testing.T) {
 	_, err := pool.Exec(ctx, `ALTER TABLE subscription_checkpoints RENAME TO subscription_checkpoints_away`)
 	require.NoError(t, err)
 	var slept atomic.Int64
-	clock := &fakeClock{now: t0}
+	clock := testclock.New(t0) // a sleep moves it at once
 	var seen atomic.Int64
 	sub := eventstore.Subscription{Name: "patient", BatchSize: 10, PollInterval: 10 * time.Millisecond,
 		Park: eventstore.ParkPolicy{Now: clock.Now, Sleep: func(ctx context.Context, d time.Duration) bool {
@@ -237,9 +210,7 @@ func TestRunRetriesCreatingItsCheckpoint(t *testing.T) {
 		t.Fatalf("Run returned while its checkpoint could not be created: %v", err)
 	default:
 	}
-	clock.mu.Lock()
-	require.Equal(t, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}, clock.sleeps[:3], "backoff doubles")
-	clock.mu.Unlock()
+	require.Equal(t, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}, clock.Sleeps()[:3], "backoff doubles")
 	_, err = pool.Exec(ctx, `ALTER TABLE subscription_checkpoints_away RENAME TO subscription_checkpoints`)
 	require.NoError(t, err)
 	_, err = s.Append(ctx, appendReq("a", 0, rec("thing.made", 1)))

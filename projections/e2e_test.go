@@ -23,7 +23,11 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// clock is an injected clock that moves one minute per reading.
+// clock is an injected clock that moves one minute per reading: the same as
+// testclock.Stepping(start, time.Minute), which new tests use. It stays
+// because tamper_test.go builds a bundle with &clock{t: ...}; once that line
+// is testclock.Stepping(time.Now(), time.Minute), bundle.clock becomes a
+// *testclock.Clock and this type goes.
 type clock struct {
 	mu sync.Mutex
 	t  time.Time

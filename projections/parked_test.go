@@ -3,7 +3,6 @@ package projections_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,32 +14,9 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
-
-// sleepyClock is the parking policy's injected clock: a sleep moves it at once.
-type sleepyClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *sleepyClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *sleepyClock) Sleep(ctx context.Context, d time.Duration) bool {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(time.Millisecond):
-		return true
-	}
-}
 
 // An event of organisation A that the read models reject (here a trigger
 // stands for a bug of the projection) is parked with the later events of its
@@ -57,10 +33,10 @@ func TestPoisonEventParkedOtherOrganisationsGoOn(t *testing.T) {
 	mk, err := seal.ParseMasterKey(key)
 	require.NoError(t, err)
 	store := eventstore.New(pool, nil)
-	cmdClock := &clock{t: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
+	cmdClock := testclock.Stepping(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), time.Minute)
 	cmd, err := dispatch.New(dispatch.Config{Store: store, Now: cmdClock.Now})
 	require.NoError(t, err)
-	parkClock := &sleepyClock{now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
+	parkClock := testclock.New(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)) // a sleep moves it at once
 	proj, err := projections.New(projections.Config{Store: store, Keys: seal.New(pool, mk, nil), Now: cmdClock.Now,
 		Park: eventstore.ParkPolicy{Attempts: 5, Window: time.Minute, Now: parkClock.Now, Sleep: parkClock.Sleep}})
 	require.NoError(t, err)

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +19,9 @@ import (
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/lockedbuf"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
@@ -105,23 +106,41 @@ func runAudit(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	return app.RunContext(ctx, args)
 }
 
-// startRegistry is an in-process registry holding api:v1.
-func startRegistry(t *testing.T) string { return servertest.Registry(t) }
+// startRegistry is registrytest.Start: a registry holding api:v1. It stays
+// for shape_test.go, watch_test.go and foureyes_test.go, which call it.
+func startRegistry(t *testing.T) string { return registrytest.Start(t) }
 
-// TestClientCommands drives the command-line client against a real control
-// plane on a real PostgreSQL and a real (in-process) image registry. It sets
-// HOME and XDG_CONFIG_HOME, so it cannot run in parallel.
-func TestClientCommands(t *testing.T) {
+// cliBundle is what a command-line test starts from (setup): a home of its own,
+// a registry holding api:v1, a control plane that may pull from it, and the
+// runner of the commands.
+type cliBundle struct {
+	home    string // HOME; XDG_CONFIG_HOME is its config
+	regHost string
+	srv     *servertest.Server
+	c       cliRun
+}
+
+// setup sets HOME and XDG_CONFIG_HOME to a new directory and clears
+// NEBULACTRL_URL and NEBULACTRL_TOKEN (so the test cannot run in parallel),
+// then starts a registry and a control plane.
+func setup(t *testing.T) *cliBundle {
+	t.Helper()
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "config"))
 	t.Setenv(envURL, "")
 	t.Setenv(envToken, "")
-	credPath := filepath.Join(home, "config", "nebulactrl", "credentials.json")
-
 	regHost := startRegistry(t)
-	srv := servertest.Start(t, servertest.Options{Insecure: []string{regHost}})
-	c := cliRun{t: t}
+	return &cliBundle{home: home, regHost: regHost, srv: servertest.Start(t, servertest.Options{Insecure: []string{regHost}}), c: cliRun{t: t}}
+}
+
+// TestClientCommands drives the command-line client against a real control
+// plane on a real PostgreSQL and a real (in-process) image registry. It sets
+// HOME and XDG_CONFIG_HOME, so it cannot run in parallel.
+func TestClientCommands(t *testing.T) {
+	b := setup(t)
+	srv, regHost, c := b.srv, b.regHost, b.c
+	credPath := filepath.Join(b.home, "config", "nebulactrl", "credentials.json")
 
 	// Nothing is known yet.
 	require.Contains(t, c.fails("whoami"), "no control plane given")
@@ -494,19 +513,5 @@ func TestClientCommands(t *testing.T) {
 	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is lockedbuf.Buffer, by the name watch_test.go uses.
+type lockedBuffer = lockedbuf.Buffer

@@ -2,44 +2,23 @@ package console_test
 
 import (
 	"context"
-	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nebulactrl/nebulactrl/agent"
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
-
-// applyManifest creates the objects of the agent's install manifest, as
-// kubectl apply would (installtest, as every package's tests apply it),
-// but the agent's StatefulSet: the agent runs in the test's process
-// (below), not as a pod.
-func applyManifest(t *testing.T, cs kubernetes.Interface, manifest string) {
-	t.Helper()
-	installtest.Apply(t, cs, manifest, func(obj runtime.Object) bool {
-		_, agentPod := obj.(*appsv1.StatefulSet)
-		return agentPod
-	})
-}
 
 // startRealAgent runs the real agent (package agent: the reconciler and the
 // transport client) in process, as the manifest's service account, against
@@ -74,14 +53,7 @@ func TestConsoleDeploymentOnKubernetes(t *testing.T) {
 	chrome := chromiumPath(t)
 	shots := screenshots(t)
 	k := k8stest.Start(t, k8stest.Options{Nodes: 1})
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(reg.Close)
-	host := strings.TrimPrefix(reg.URL, "http://")
-	img, err := random.Image(128, 1)
-	require.NoError(t, err)
-	ref, err := name.ParseReference(host+"/api:v1", name.Insecure)
-	require.NoError(t, err)
-	require.NoError(t, remote.Write(ref, img))
+	host := registrytest.Start(t, "api:v1")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := l.Addr().String()
@@ -95,7 +67,7 @@ func TestConsoleDeploymentOnKubernetes(t *testing.T) {
 	require.Equal(t, http.StatusCreated, apiCall(t, "POST", srv.URL+"/api/v1/orgs/acme/clusters", admin, map[string]any{"name": "eu-1"}, &cl))
 	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: srv.URL, JoinToken: cl.JoinToken.Token, Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
-	applyManifest(t, k.Client(t), manifest)
+	installtest.Apply(t, k.Client(t), manifest, installtest.NoAgentPod) // the agent runs in process
 	startRealAgent(t, k, srv.URL, cl.JoinToken.Token)
 	require.Equal(t, http.StatusCreated, apiCall(t, "POST", srv.URL+"/api/v1/orgs/acme/projects", admin, map[string]any{"name": "shop"}, nil))
 	require.Equal(t, http.StatusCreated, apiCall(t, "POST", srv.URL+"/api/v1/orgs/acme/projects/shop/environments", admin, map[string]any{"name": "staging", "cluster": "eu-1"}, nil))

@@ -3,22 +3,18 @@ package image
 import (
 	"context"
 	"errors"
-	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
+
+	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 )
 
 // emptyKeychain keeps the tests hermetic: authn.DefaultKeychain would read the
@@ -32,30 +28,18 @@ type testRegistry struct {
 	digest v1.Hash
 }
 
-func startRegistry(t *testing.T, handler http.Handler) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(handler)
-	t.Cleanup(srv.Close)
-	return srv
-}
-
 func newTestRegistry(t *testing.T) testRegistry {
 	t.Helper()
-	srv := startRegistry(t, registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	host := strings.TrimPrefix(srv.URL, "http://")
-	return testRegistry{host: host, digest: pushRandom(t, host, "api:v1")}
+	host := registrytest.Empty(t)
+	return testRegistry{host: host, digest: registrytest.Push(t, host, "api:v1")}
 }
 
-func pushRandom(t *testing.T, host, repoTag string) v1.Hash {
+// setup is what most resolver tests start from: a registry holding a
+// random api:v1, and a resolver that reaches it over plain HTTP.
+func setup(t *testing.T) (testRegistry, *Resolver) {
 	t.Helper()
-	img, err := random.Image(256, 1)
-	require.NoError(t, err)
-	tag, err := name.NewTag(host+"/"+repoTag, name.Insecure)
-	require.NoError(t, err)
-	require.NoError(t, remote.Write(tag, img, remote.WithContext(t.Context())))
-	d, err := img.Digest()
-	require.NoError(t, err)
-	return d
+	reg := newTestRegistry(t)
+	return reg, newTestResolver(reg.host)
 }
 
 func newTestResolver(hosts ...string) *Resolver {
@@ -82,8 +66,7 @@ func TestNewResolverDefaults(t *testing.T) {
 
 func TestResolveTag(t *testing.T) {
 	t.Parallel()
-	reg := newTestRegistry(t)
-	r := newTestResolver(reg.host)
+	reg, r := setup(t)
 
 	got, err := r.Resolve(t.Context(), reg.host+"/api:v1")
 	require.NoError(t, err)
@@ -98,8 +81,7 @@ func TestResolveTag(t *testing.T) {
 
 func TestResolveDigestForms(t *testing.T) {
 	t.Parallel()
-	reg := newTestRegistry(t)
-	r := newTestResolver(reg.host)
+	reg, r := setup(t)
 	want := reg.host + "/api@" + reg.digest.String()
 
 	for _, ref := range []string{
@@ -130,8 +112,7 @@ func TestResolveLocalhostName(t *testing.T) {
 
 func TestResolveNotFound(t *testing.T) {
 	t.Parallel()
-	reg := newTestRegistry(t)
-	r := newTestResolver(reg.host)
+	reg, r := setup(t)
 
 	ref := reg.host + "/api:v2"
 	_, err := r.Resolve(t.Context(), ref)
@@ -204,7 +185,7 @@ func TestResolveUnauthorized(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := startRegistry(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			srv := registrytest.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				if tc.challenge != "" {
 					w.Header().Set("WWW-Authenticate", tc.challenge)
 				}
@@ -227,15 +208,15 @@ func TestResolveUnauthorized(t *testing.T) {
 // strip it) must still resolve, through GET.
 func TestResolveHeadWithoutDigest(t *testing.T) {
 	t.Parallel()
-	regHandler := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	srv := startRegistry(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	regHandler := registrytest.Handler()
+	srv := registrytest.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodHead {
 			w = stripDigest{w}
 		}
 		regHandler.ServeHTTP(w, req)
 	}))
 	host := strings.TrimPrefix(srv.URL, "http://")
-	digest := pushRandom(t, host, "api:v1")
+	digest := registrytest.Push(t, host, "api:v1")
 
 	got, err := newTestResolver(host).Resolve(t.Context(), host+"/api:v1")
 	require.NoError(t, err)
@@ -268,7 +249,7 @@ func TestResolveUnreachable(t *testing.T) {
 func hangingRegistry(t *testing.T) string {
 	t.Helper()
 	release := make(chan struct{})
-	srv := startRegistry(t, http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) {
+	srv := registrytest.Serve(t, http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) {
 		select {
 		case <-req.Context().Done():
 		case <-release:

@@ -3,8 +3,6 @@ package image
 import (
 	"encoding/base64"
 	"encoding/json"
-	"io"
-	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,10 +18,11 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
+
+	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 )
 
 // secret is what a service on the control plane's own network answers; it
@@ -34,7 +33,7 @@ const secret = "INTERNAL-ANSWER-7f3a"
 func internalService(t *testing.T) (host string, hits *atomic.Int64) {
 	t.Helper()
 	hits = new(atomic.Int64)
-	srv := startRegistry(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := registrytest.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
 		w.WriteHeader(http.StatusOK)
@@ -172,7 +171,7 @@ func TestListedLoopbackRegistryWorks(t *testing.T) {
 	require.Equal(t, reg.host+"/api@"+reg.digest.String(), got)
 
 	// Over TLS, listed only as allowed (by host:port, then by host).
-	srv := httptest.NewTLSServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	srv := httptest.NewTLSServer(registrytest.Handler())
 	t.Cleanup(srv.Close)
 	host := strings.TrimPrefix(srv.URL, "https://")
 	base := srv.Client().Transport.(*http.Transport)
@@ -240,7 +239,7 @@ func TestRedirectAndTokenRealmToRefusedAddresses(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			srv := startRegistry(t, handler)
+			srv := registrytest.Serve(t, handler)
 			host := strings.TrimPrefix(srv.URL, "http://")
 			ref := host + "/api:v1"
 			start := time.Now()
@@ -268,7 +267,7 @@ func TestPlainHTTPOnlyToInsecureRegistries(t *testing.T) {
 	require.Contains(t, err.Error(), "NEBULACTRL_INSECURE_REGISTRIES")
 
 	// A listed insecure registry redirecting to plain HTTP elsewhere.
-	srv := startRegistry(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := registrytest.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v2/" {
 			w.WriteHeader(http.StatusOK)
 			return
@@ -308,7 +307,7 @@ func TestErrorsNeverEchoTheRemoteBody(t *testing.T) {
 
 func errorBodyCase(t *testing.T, status int, contentType, body, want string) {
 	{
-		srv := startRegistry(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv := registrytest.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/v2/" {
 				w.WriteHeader(http.StatusOK)
 				return
@@ -333,7 +332,7 @@ func errorBodyCase(t *testing.T, status int, contentType, body, want string) {
 func TestProxiedRequestsAreChecked(t *testing.T) {
 	t.Parallel()
 	proxyHits := new(atomic.Int64)
-	proxy := startRegistry(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	proxy := registrytest.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		proxyHits.Add(1)
 		w.WriteHeader(http.StatusBadGateway)
 	}))
@@ -357,9 +356,9 @@ func TestProxiedRequestsAreChecked(t *testing.T) {
 // basicAuthRegistry is the in-process registry behind HTTP basic auth.
 func basicAuthRegistry(t *testing.T, user, pass string) testRegistry {
 	t.Helper()
-	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	open := startRegistry(t, reg)
-	locked := startRegistry(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	reg := registrytest.Handler()
+	open := registrytest.Serve(t, reg)
+	locked := registrytest.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u, p, ok := r.BasicAuth(); !ok || u != user || p != pass {
 			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
 			w.Header().Set("Content-Type", "application/json")
@@ -370,7 +369,7 @@ func basicAuthRegistry(t *testing.T, user, pass string) testRegistry {
 		reg.ServeHTTP(w, r)
 	}))
 	// Both servers share one store: push through the open one.
-	d := pushRandom(t, strings.TrimPrefix(open.URL, "http://"), "private/api:v1")
+	d := registrytest.Push(t, strings.TrimPrefix(open.URL, "http://"), "private/api:v1")
 	return testRegistry{host: strings.TrimPrefix(locked.URL, "http://"), digest: d}
 }
 

@@ -2,7 +2,6 @@ package pgcluster
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -11,13 +10,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/nebulactrl/nebulactrl/internal/testenv/lockedbuf"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/wait"
 )
 
 // The waits below are bounds on outcomes polled for, not sleeps: generous,
@@ -77,18 +78,6 @@ func stop(t *testing.T, c *Cluster) {
 	require.NoError(t, c.Stop(ctx))
 }
 
-// eventually polls cond until it holds or patience runs out.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", patience, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func TestStartStopRestart(t *testing.T) {
 	t.Parallel()
 	dir := tempDir(t)
@@ -137,14 +126,14 @@ func superviseInBackground(t *testing.T, c *Cluster) <-chan error {
 // Killed with SIGKILL, the postmaster is started again on the same port.
 func TestSupervisorRestartsAKilledPostmaster(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs lockedbuf.Buffer
 	c := start(t, Config{Dir: tempDir(t), Restart: Restart{Backoff: 100 * time.Millisecond},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	done := superviseInBackground(t, c)
 	for round := 0; round < 2; round++ {
 		old := c.PID()
 		require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
-		eventually(t, "a new postmaster accepts connections", func() bool {
+		wait.Eventually(t, "a new postmaster accepts connections", func() bool {
 			return c.PID() != old && alive(c.PID()) && ping(c) == nil
 		})
 	}
@@ -237,7 +226,7 @@ func TestOrphanIsAdoptedAndStopped(t *testing.T) {
 	_ = helper.Wait()
 	require.True(t, alive(orphan))
 
-	var logs syncBuffer
+	var logs lockedbuf.Buffer
 	c := start(t, Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.True(t, c.Owned(), "the orphan is adopted")
 	require.Equal(t, orphan, c.PID())
@@ -265,7 +254,7 @@ func TestAdoptedPostmasterIsSupervised(t *testing.T) {
 	done := superviseInBackground(t, c)
 	old := c.PID()
 	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
-	eventually(t, "the adopted postmaster is started again", func() bool {
+	wait.Eventually(t, "the adopted postmaster is started again", func() bool {
 		return c.PID() != old && alive(c.PID()) && ping(c) == nil
 	})
 	stop(t, c)
@@ -277,21 +266,4 @@ func TestAlive(t *testing.T) {
 	t.Parallel()
 	require.False(t, alive(os.Getpid()), "a process that is not postgres is not a postmaster")
 	require.False(t, alive(1<<22+12345))
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
