@@ -25,6 +25,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
@@ -52,7 +53,7 @@ func TestPushToDeploy(t *testing.T) {
 	require.NoError(t, err)
 	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: srv.URL, JoinToken: cluster.JoinToken.Token, Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
-	applyManifest(t, admin, manifest)
+	installtest.Apply(t, admin, manifest, nil)
 	startAgent(t, k, srv.URL, cluster.JoinToken.Token, "nebulactrl-agent-0", func(c *agent.Config) {
 		c.Builds = &build.Config{Namespace: agentinstall.BuildNamespace, PushRegistry: agentinstall.RegistryPushAddress, NodeRegistry: agentinstall.RegistryNodeAddress}
 	})

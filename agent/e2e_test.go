@@ -6,20 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -35,6 +29,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -76,12 +71,6 @@ func pageItems(v any) any {
 	return &struct {
 		Items any `json:"items"`
 	}{v}
-}
-
-// applyManifest creates the install manifest's objects, as kubectl apply would.
-func applyManifest(t *testing.T, cs kubernetes.Interface, manifest string) {
-	t.Helper()
-	installtest.Apply(t, cs, manifest, nil)
 }
 
 type runningAgent struct {
@@ -133,15 +122,6 @@ func startAgent(t *testing.T, k *k8stest.Cluster, url, joinToken, name string, m
 	return ra
 }
 
-func pushImage(t *testing.T, host, repo string) {
-	t.Helper()
-	img, err := random.Image(128, 1)
-	require.NoError(t, err)
-	ref, err := name.ParseReference(host+"/"+repo, name.Insecure)
-	require.NoError(t, err)
-	require.NoError(t, remote.Write(ref, img))
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -165,12 +145,7 @@ func TestEndToEnd(t *testing.T) {
 	admin := k.Client(t)
 	ctx := context.Background()
 
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(reg.Close)
-	host := strings.TrimPrefix(reg.URL, "http://")
-	for _, repo := range []string{"api:v1", "worker:v1", "db:v1"} {
-		pushImage(t, host, repo)
-	}
+	host := registrytest.Start(t, "api:v1", "worker:v1", "db:v1")
 	addr := freeAddr(t)
 	srv := servertest.Start(t, servertest.Options{Insecure: []string{host}, Listen: addr})
 	c := cp{t: t, url: srv.URL, token: srv.Setup(t, "root@example.com", "acme")}
@@ -179,7 +154,7 @@ func TestEndToEnd(t *testing.T) {
 	require.Equal(t, 201, c.do("POST", "/clusters", map[string]string{"name": "eu-1"}, &cluster))
 	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: srv.URL, JoinToken: cluster.JoinToken.Token, Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
-	applyManifest(t, admin, manifest)
+	installtest.Apply(t, admin, manifest, nil)
 
 	require.Equal(t, 201, c.do("POST", "/projects", map[string]string{"name": "shop"}, nil))
 	require.Equal(t, 201, c.do("POST", "/projects/shop/environments", map[string]string{"name": "staging", "cluster": "eu-1"}, nil))
@@ -379,7 +354,7 @@ func TestManifestRBACWithoutOneRule(t *testing.T) {
 	ctx := context.Background()
 	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_x", Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
-	applyManifest(t, admin, manifest)
+	installtest.Apply(t, admin, manifest, nil)
 	role, err := admin.RbacV1().ClusterRoles().Get(ctx, agentinstall.WorkloadRole, metav1.GetOptions{})
 	require.NoError(t, err)
 	var kept []rbacv1.PolicyRule

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
 	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 )
@@ -39,7 +40,7 @@ func TestInstallOnARealAPIServer(t *testing.T) {
 	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: "https://nebula.example.com", WithoutToken: true, Image: agentinstall.DefaultImage("1.0.0"),
 		CABundle: "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n", Cluster: "acme/eu-1"})
 	require.NoError(t, err)
-	applyManifest(t, admin, manifest)
+	installtest.Apply(t, admin, manifest, nil)
 	sa, err := kubernetes.NewForConfig(k.ServiceAccountConfig(t, agentinstall.AgentNamespace, agentinstall.AgentName))
 	require.NoError(t, err)
 	agentUser := k8stest.ServiceAccountUser(agentinstall.AgentNamespace, agentinstall.AgentName)

@@ -2,18 +2,13 @@ package agent_test
 
 import (
 	"context"
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,18 +16,13 @@ import (
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 )
-
-// offsetClock is the control plane's injected clock: real time plus an
-// offset the test moves forward, so that deadlines, stalls and expiries pass
-// without sleeping while heartbeats and the cluster keep real time.
-type offsetClock struct{ off atomic.Int64 }
-
-func (c *offsetClock) Now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
-func (c *offsetClock) advance(d time.Duration) { c.off.Add(int64(d)) }
 
 // TestDeploymentsYouCanWatch follows deployments from the control plane to
 // the cluster and back, with an EndpointSlice watch that fails the test the
@@ -51,17 +41,15 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	admin := k.Client(t)
 	ctx := context.Background()
 
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(reg.Close)
-	host := strings.TrimPrefix(reg.URL, "http://")
+	host := registrytest.Empty(t)
 	images := map[string]string{
 		"v1": "api-" + k8stest.SlowReady + ":v1", "v2": "api-" + k8stest.NeverReady + ":v2", "v3": "api:v3", "v4": "api:v4",
 		"v5": "api:v5", "v6": "api:v6", "v7": "api-" + k8stest.NeverReady + ":v7",
 	}
 	for _, repo := range images {
-		pushImage(t, host, repo)
+		registrytest.Push(t, host, repo)
 	}
-	clk := &offsetClock{}
+	clk := &testclock.Offset{} // the control plane's clock: real time, moved on by the test
 	srv := servertest.Start(t, servertest.Options{Insecure: []string{host}, Listen: freeAddr(t), Now: clk.Now, StallTimeout: 30 * time.Minute})
 	aliceToken := srv.Setup(t, "alice@example.com", "acme")
 	rc, err := client.New(srv.URL, aliceToken)
@@ -81,7 +69,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	require.NoError(t, err)
 	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: srv.URL, JoinToken: cluster.JoinToken.Token, Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
-	applyManifest(t, admin, manifest)
+	installtest.Apply(t, admin, manifest, nil)
 	agentA := startAgent(t, k, srv.URL, cluster.JoinToken.Token, "nebulactrl-agent-0")
 
 	_, err = rc.CreateProject(ctx, "acme", "shop")
@@ -196,7 +184,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 		return d.Status == "probing" && d.Detail != ""
 	}, time.Minute, 200*time.Millisecond, "v2 waits for readiness and says why")
 	require.Equal(t, "2", servingRelease())
-	clk.advance(time.Duration(deadline+1) * time.Second)
+	clk.Advance(time.Duration(deadline+1) * time.Second)
 	d = waitStatus(v2, "failed", 30*time.Second)
 	require.Contains(t, d.Reason, "progress deadline")
 	require.Contains(t, d.Reason, "Readiness probe failed", "the reason comes from the pods")
@@ -269,7 +257,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	require.NoError(t, <-agentA.done)
 	agentA.done <- nil // for the cleanup
 	v6 := deploy("v6")
-	clk.advance(61 * time.Second)
+	clk.Advance(61 * time.Second)
 	require.Eventually(t, func() bool {
 		d := deployment(v6)
 		return d.Status == "delivering" && len(d.Blockers) == 1 && d.Blockers[0] == httpapi.BlockerDelivery
@@ -284,7 +272,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	require.NoError(t, err)
 	v7 := deploy("v7")
 	waitStatus(v7, "probing", time.Minute)
-	clk.advance(31 * time.Minute)
+	clk.Advance(31 * time.Minute)
 	require.Eventually(t, func() bool { return deployment(v7).Stalled }, 30*time.Second, 200*time.Millisecond, "no progress for the stall timeout")
 	protected = true
 	_, _, err = rc.UpdateEnvironment(ctx, "acme", "shop", "staging", httpapi.UpdateEnvironmentRequest{Protected: &protected})
@@ -292,7 +280,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	res, err = rc.Deploy(ctx, "acme", "shop", "staging", "api", host+"/"+images["v6"])
 	require.NoError(t, err)
 	require.NotNil(t, res.ChangeSet)
-	clk.advance(72 * time.Hour)
+	clk.Advance(72 * time.Hour)
 	require.Eventually(t, func() bool {
 		cs, err := rc.ChangeSet(ctx, "acme", "shop", "staging", res.ChangeSet.ID)
 		require.NoError(t, err)

@@ -31,7 +31,9 @@ import (
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/internal/agentbin"
 	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/lockedbuf"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -110,20 +112,9 @@ type supervisor struct {
 	once    []string // extra environment of the next start only
 	starts  int
 	exits   []string
-	log     bytes.Buffer
+	log     lockedbuf.Buffer // written by the process too, outside mu
 	stopped bool
 	done    chan struct{}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }
 
 func supervise(t *testing.T, path string, env []string, once []string, args ...string) *supervisor {
@@ -144,8 +135,7 @@ func (s *supervisor) loop() {
 		cmd := exec.Command(s.path, s.args...)
 		cmd.Env = append(append(os.Environ(), s.env...), s.once...)
 		s.once = nil
-		w := lockedWriter{mu: &s.mu, b: &s.log}
-		cmd.Stdout, cmd.Stderr = w, w
+		cmd.Stdout, cmd.Stderr = &s.log, &s.log
 		s.starts++
 		fmt.Fprintf(&s.log, "--- supervisor: start %d\n", s.starts)
 		err := cmd.Start()
@@ -190,11 +180,7 @@ func (s *supervisor) stop() {
 	}
 }
 
-func (s *supervisor) output() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.String()
-}
+func (s *supervisor) output() string { return s.log.String() }
 
 func (s *supervisor) startCount() int {
 	s.mu.Lock()
@@ -613,7 +599,7 @@ func inCluster(t *testing.T, w *upgradeWorld) {
 	admin := w.k.Client(t)
 	m, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: w.srv.URL, JoinToken: w.joinToken, Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
-	applyManifest(t, admin, m)
+	installtest.Apply(t, admin, m, nil)
 	sts, err := admin.AppsV1().StatefulSets(agentinstall.AgentNamespace).Get(ctx, agentinstall.AgentName, metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

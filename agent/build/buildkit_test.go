@@ -15,6 +15,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/nebulactrl/nebulactrl/agent/build"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -122,7 +123,7 @@ func TestBuildScriptsAgainstBuildKit(t *testing.T) {
 	bin := sharedBin(t, bkBin)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	host := startRegistry(t)
+	host := registrytest.Empty(t)
 	base := pushBaseImage(t, host)
 	bk := startBuildkitd(t, bkBin, host)
 

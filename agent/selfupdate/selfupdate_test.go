@@ -18,64 +18,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
-
-// fakeClock is the injected clock: time moves only when the test says.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []waiter
-}
-
-type waiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, waiter{at: c.now.Add(d), ch: ch})
-	return ch
-}
-
-// waiting is how many timers are pending.
-func (c *fakeClock) waiting() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.waiters)
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if !w.at.After(c.now) {
-			w.ch <- c.now
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	c.waiters = kept
-}
 
 // script is a stand-in agent binary for these unit tests: a shell script
 // that answers --version (the agent tests run real Go binaries).
@@ -136,7 +81,7 @@ type fixture struct {
 	dir    string
 	bin    string
 	state  string
-	clock  *fakeClock
+	clock  *testclock.Clock
 	cp     *controlPlane
 	srv    *httptest.Server
 	exits  chan string
@@ -146,9 +91,12 @@ type fixture struct {
 	keepMs time.Duration
 }
 
-func newFixture(t *testing.T, running string) *fixture {
+// setup is the bundle each test starts from: a script standing in for the
+// agent binary of the running version, a state directory, a control plane
+// serving downloads, and the injected clock.
+func setup(t *testing.T, running string) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dir: t.TempDir(), clock: newClock(), cp: &controlPlane{}, exits: make(chan string, 4), cred: "good", arch: "amd64"}
+	f := &fixture{t: t, dir: t.TempDir(), clock: testclock.New(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)), cp: &controlPlane{}, exits: make(chan string, 4), cred: "good", arch: "amd64"}
 	f.bin = filepath.Join(f.dir, "bin", "nebulactrl-agent")
 	f.state = filepath.Join(f.dir, "state")
 	require.NoError(t, os.MkdirAll(filepath.Dir(f.bin), 0o755))
@@ -219,7 +167,7 @@ func (f *fixture) upgrade(u *Updater, cmd transport.AgentUpgrade) transport.Agen
 // running binary kept as .prev, upgrade.json written, the binary replaced,
 // success reported, and the agent exits only when its running work is done.
 func TestUpgradeReplacesTheBinaryAndExitsWhenIdle(t *testing.T) {
-	f := newFixture(t, "1.0.0")
+	f := setup(t, "1.0.0")
 	v2 := script("2.0.0")
 	f.cp.body = v2
 	u := f.updater("1.0.0")
@@ -259,14 +207,14 @@ func TestUpgradeReplacesTheBinaryAndExitsWhenIdle(t *testing.T) {
 
 // Step 6 waits at most DrainLimit for running work (injected clock).
 func TestUpgradeExitsAfterTheDrainLimit(t *testing.T) {
-	f := newFixture(t, "1.0.0")
+	f := setup(t, "1.0.0")
 	v2 := script("2.0.0")
 	f.cp.body = v2
 	u := f.updater("1.0.0")
 	require.NoError(t, u.Start())
 	f.busy.Store(true)
 	require.True(t, f.upgrade(u, transport.AgentUpgrade{ID: "up", Version: "2.0.0", SHA256: sum(v2)}).OK)
-	require.Eventually(t, func() bool { return f.clock.waiting() == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.clock.Waiting() == 1 }, 5*time.Second, time.Millisecond)
 	f.clock.Advance(DrainLimit - time.Second)
 	select {
 	case <-f.exits:
@@ -322,7 +270,7 @@ func TestFailedUpgradesChangeNothing(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := newFixture(t, "1.0.0")
+			f := setup(t, "1.0.0")
 			cmd := c.setup(f)
 			u := f.updater("1.0.0")
 			require.NoError(t, u.Start())
@@ -348,7 +296,7 @@ func TestFailedUpgradesChangeNothing(t *testing.T) {
 
 // Commands that cannot start are refused before anything is downloaded.
 func TestUpgradeRefusals(t *testing.T) {
-	f := newFixture(t, "1.0.0")
+	f := setup(t, "1.0.0")
 	v2 := script("2.0.0")
 	f.cp.body = v2
 	u := f.updater("1.0.0")
@@ -374,7 +322,7 @@ func TestUpgradeRefusals(t *testing.T) {
 // connection does not count); upgrade.json says succeeded, .prev stays as
 // one generation for a manual rollback.
 func TestProbationKeepsABinaryThatStaysConnected(t *testing.T) {
-	f := newFixture(t, "1.0.0")
+	f := setup(t, "1.0.0")
 	v2 := script("2.0.0")
 	f.cp.body = v2
 	old := f.updater("1.0.0")
@@ -389,18 +337,18 @@ func TestProbationKeepsABinaryThatStaysConnected(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
-	base := f.clock.waiting() // the old binary's drain limit
+	base := f.clock.Waiting() // the old binary's drain limit
 	go func() { defer close(done); u.Run(ctx) }()
-	require.Eventually(t, func() bool { return f.clock.waiting() == base+1 }, 5*time.Second, time.Millisecond) // the 5-minute deadline
+	require.Eventually(t, func() bool { return f.clock.Waiting() == base+1 }, 5*time.Second, time.Millisecond) // the 5-minute deadline
 	u.Connected()
-	require.Eventually(t, func() bool { return f.clock.waiting() == base+2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.clock.Waiting() == base+2 }, 5*time.Second, time.Millisecond)
 	f.clock.Advance(10 * time.Second)
 	u.Disconnected() // 10 s is not enough
 	time.Sleep(20 * time.Millisecond)
 	f.clock.Advance(15 * time.Second)
 	require.True(t, u.OnProbation())
 	u.Connected()
-	require.Eventually(t, func() bool { return f.clock.waiting() >= base+2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.clock.Waiting() >= base+2 }, 5*time.Second, time.Millisecond)
 	f.clock.Advance(KeepAfter)
 	select {
 	case <-done:
@@ -442,15 +390,15 @@ func (f *fixture) upgraded(force bool) []byte {
 // is rolled back: .prev renamed over it, the reason recorded, the agent
 // exits; the version is refused for 24 hours unless forced (injected clock).
 func TestProbationRollsBackABinaryThatNeverConnects(t *testing.T) {
-	f := newFixture(t, "1.0.0")
+	f := setup(t, "1.0.0")
 	f.upgraded(false)
 	u := f.updater("2.0.0")
 	require.NoError(t, u.Start())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	base := f.clock.waiting() // the old binary's drain limit
+	base := f.clock.Waiting() // the old binary's drain limit
 	go u.Run(ctx)
-	require.Eventually(t, func() bool { return f.clock.waiting() == base+1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.clock.Waiting() == base+1 }, 5*time.Second, time.Millisecond)
 	f.clock.Advance(ConnectWithin - time.Second)
 	select {
 	case <-f.exits:
@@ -493,15 +441,15 @@ func TestProbationRollsBackABinaryThatNeverConnects(t *testing.T) {
 
 // A forced upgrade installs a rolled-back version within the 24 hours.
 func TestForceInstallsARolledBackVersion(t *testing.T) {
-	f := newFixture(t, "1.0.0")
+	f := setup(t, "1.0.0")
 	f.upgraded(false)
 	u := f.updater("2.0.0")
 	require.NoError(t, u.Start())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	base := f.clock.waiting() // the old binary's drain limit
+	base := f.clock.Waiting() // the old binary's drain limit
 	go u.Run(ctx)
-	require.Eventually(t, func() bool { return f.clock.waiting() == base+1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.clock.Waiting() == base+1 }, 5*time.Second, time.Millisecond)
 	f.clock.Advance(ConnectWithin)
 	<-f.exits
 	back := f.updater("1.0.0")
@@ -517,7 +465,7 @@ func TestForceInstallsARolledBackVersion(t *testing.T) {
 // A new binary that starts 3 times without staying connected (a crash
 // loop) is rolled back at its next start.
 func TestProbationRollsBackACrashLoop(t *testing.T) {
-	f := newFixture(t, "1.0.0")
+	f := setup(t, "1.0.0")
 	f.upgraded(false)
 	for i := 1; i <= MaxStarts; i++ {
 		u := f.updater("2.0.0")
@@ -541,7 +489,7 @@ func TestProbationRollsBackACrashLoop(t *testing.T) {
 // removed.
 func TestStartCompletesWhatAKillInterrupted(t *testing.T) {
 	t.Run("after step 4", func(t *testing.T) {
-		f := newFixture(t, "1.0.0")
+		f := setup(t, "1.0.0")
 		u := f.updater("1.0.0")
 		require.NoError(t, u.Start())
 		require.NoError(t, u.keepPrev())
@@ -557,7 +505,7 @@ func TestStartCompletesWhatAKillInterrupted(t *testing.T) {
 		require.Equal(t, string(script("1.0.0")), f.binary())
 	})
 	t.Run("rollback recorded, not renamed", func(t *testing.T) {
-		f := newFixture(t, "1.0.0")
+		f := setup(t, "1.0.0")
 		v2 := f.upgraded(false)
 		require.Equal(t, string(v2), f.binary())
 		u := f.updater("2.0.0")
@@ -576,20 +524,20 @@ func TestCannotUpgradeSaysWhy(t *testing.T) {
 		// root writes anywhere: the directory check is made by creating a
 		// file, so a read-only mount is what it finds; tested with one
 		// that is not a directory instead.
-		f := newFixture(t, "1.0.0")
+		f := setup(t, "1.0.0")
 		f.bin = filepath.Join(f.dir, "missing-dir", "nebulactrl-agent")
 		ok, why := f.updater("1.0.0").Can()
 		require.False(t, ok)
 		require.Equal(t, transport.CannotUpgradeNotWritable, why)
 	} else {
-		f := newFixture(t, "1.0.0")
+		f := setup(t, "1.0.0")
 		require.NoError(t, os.Chmod(filepath.Dir(f.bin), 0o555))
 		t.Cleanup(func() { _ = os.Chmod(filepath.Dir(f.bin), 0o755) })
 		ok, why := f.updater("1.0.0").Can()
 		require.False(t, ok)
 		require.Equal(t, transport.CannotUpgradeNotWritable, why)
 	}
-	f := newFixture(t, "1.0.0")
+	f := setup(t, "1.0.0")
 	f.arch = "riscv64"
 	ok, why := f.updater("1.0.0").Can()
 	require.False(t, ok)
@@ -606,19 +554,19 @@ func TestCannotUpgradeSaysWhy(t *testing.T) {
 func TestProbationKeepsABinaryThatConnectsJustBeforeTheDeadline(t *testing.T) {
 	for _, drops := range []bool{false, true} {
 		t.Run(fmt.Sprintf("drops=%v", drops), func(t *testing.T) {
-			f := newFixture(t, "1.0.0")
+			f := setup(t, "1.0.0")
 			v2 := f.upgraded(false)
 			u := f.updater("2.0.0")
 			require.NoError(t, u.Start())
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan struct{})
-			base := f.clock.waiting()
+			base := f.clock.Waiting()
 			go func() { defer close(done); u.Run(ctx) }()
-			require.Eventually(t, func() bool { return f.clock.waiting() == base+1 }, 5*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return f.clock.Waiting() == base+1 }, 5*time.Second, time.Millisecond)
 			f.clock.Advance(ConnectWithin - 10*time.Second)
 			u.Connected()
-			require.Eventually(t, func() bool { return f.clock.waiting() == base+2 }, 5*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return f.clock.Waiting() == base+2 }, 5*time.Second, time.Millisecond)
 			f.clock.Advance(10 * time.Second) // the 5-minute mark, connected for 10 s
 			select {
 			case r := <-f.exits:
