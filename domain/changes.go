@@ -1,12 +1,5 @@
 package domain
 
-import (
-	"fmt"
-	"slices"
-	"sort"
-	"strings"
-)
-
 // Commands that change what an environment runs. On a protected environment
 // they wait in a change set; elsewhere they happen at once.
 
@@ -87,10 +80,17 @@ type ReleaseRef struct {
 	Image         string `json:"image"`
 }
 
-// Change is one of the commands above, as a change set stores it. Exactly one
-// field is set; the union is explicit so the stored form never depends on Go
-// type names. The last four are the project commands that wait in a change
-// set only when they touch a protected environment (see Project.guarded).
+// Change is one of the commands above, or of the project commands that wait
+// in a change set only when they touch a protected environment (see
+// Project.guarded). Exactly one field is set.
+//
+// It is how the deciding code names a change before it waits, and it is the
+// view of a change that the read model keeps and the API serves (the
+// change-set row's changes, redacted): the JSON of a []Change, which a change
+// set's events of schema 1 also held. The events themselves no longer carry
+// it: they carry a ChangeCommand, a payload of each kind's own (see
+// change_codec.go), so that a command can change without breaking the replay
+// of the change sets that hold it.
 type Change struct {
 	SetVariables      *SetVariables        `json:"setVariables,omitempty"`
 	UnsetVariables    *UnsetVariables      `json:"unsetVariables,omitempty"`
@@ -138,68 +138,87 @@ func asChange(cmd ProjectCommand) (Change, bool) {
 	return Change{}, false
 }
 
-func (c Change) environmentID() string {
+// payload is the change as a change set's events carry it.
+func (c Change) payload() (ChangeCommand, error) {
 	switch {
 	case c.SetVariables != nil:
-		return c.SetVariables.EnvironmentID
+		return setVariablesPayload(*c.SetVariables), nil
 	case c.UnsetVariables != nil:
-		return c.UnsetVariables.EnvironmentID
+		return unsetVariablesPayload(*c.UnsetVariables), nil
 	case c.AddDomain != nil:
-		return c.AddDomain.EnvironmentID
+		return addDomainPayload(*c.AddDomain), nil
 	case c.RemoveDomain != nil:
-		return c.RemoveDomain.EnvironmentID
+		return removeDomainPayload(*c.RemoveDomain), nil
 	case c.Scale != nil:
-		return c.Scale.EnvironmentID
+		return scalePayload(*c.Scale), nil
 	case c.Deploy != nil:
-		return c.Deploy.EnvironmentID
+		return deployPayload(*c.Deploy), nil
 	case c.Rollback != nil:
-		return c.Rollback.EnvironmentID
+		return rollbackPayload(*c.Rollback), nil
 	case c.DeleteService != nil:
-		return c.DeleteService.EnvironmentID
+		return deleteServicePayload(*c.DeleteService), nil
 	case c.DeleteEnvironment != nil:
-		return c.DeleteEnvironment.EnvironmentID
+		return deleteEnvironmentPayload(*c.DeleteEnvironment), nil
 	case c.DeleteProject != nil:
-		return c.DeleteProject.EnvironmentID
+		return deleteProjectPayload(*c.DeleteProject), nil
 	case c.UpdateEnvironment != nil:
-		return c.UpdateEnvironment.EnvironmentID
+		return updateEnvironmentPayload(*c.UpdateEnvironment), nil
+	}
+	return nil, invalidf("empty change")
+}
+
+func (c Change) environmentID() string {
+	if p, err := c.payload(); err == nil {
+		return p.environmentID()
 	}
 	return ""
 }
 
 // Describe says in a few words what a change does.
 func (c Change) Describe() string {
-	switch {
-	case c.SetVariables != nil:
-		names := make([]string, len(c.SetVariables.Variables))
-		for i, v := range c.SetVariables.Variables {
-			names[i] = v.Name
-		}
-		return "set " + strings.Join(names, ", ")
-	case c.UnsetVariables != nil:
-		return "unset " + strings.Join(c.UnsetVariables.Names, ", ")
-	case c.AddDomain != nil:
-		return "add domain " + c.AddDomain.Host
-	case c.RemoveDomain != nil:
-		return "remove domain " + c.RemoveDomain.Host
-	case c.Scale != nil:
-		return fmt.Sprintf("scale %s to %d", c.Scale.Process, c.Scale.Replicas)
-	case c.Deploy != nil:
-		return "deploy " + c.Deploy.Image
-	case c.Rollback != nil:
-		if c.Rollback.Release.Number > 0 {
-			return fmt.Sprintf("roll back to release %d", c.Rollback.Release.Number)
-		}
-		return "roll back to release " + c.Rollback.ReleaseID
-	case c.DeleteService != nil:
-		return "delete service " + c.DeleteService.ServiceID
-	case c.DeleteEnvironment != nil:
-		return "delete the environment"
-	case c.DeleteProject != nil:
-		return "delete the project"
-	case c.UpdateEnvironment != nil:
-		return fmt.Sprintf("set protected %t, cluster %s", c.UpdateEnvironment.Protected, c.UpdateEnvironment.ClusterID)
+	if p, err := c.payload(); err == nil {
+		return p.Describe()
 	}
 	return "nothing"
+}
+
+// ChangeCommand is one change waiting in a change set, as the change set's
+// events carry it: a payload of its kind's own, which is not the command it
+// stands for, with its own JSON and schema version (change_codec.go), turned
+// into the command only to decide it (when it joins a change set, and at
+// approval). Each kind is one file, change_<kind>.go. The interface is
+// sealed: only this package's payload types implement it.
+type ChangeCommand interface {
+	// Kind is the change's stable name in stored events: setVariables,
+	// unsetVariables, addDomain, removeDomain, scale, deploy, rollback,
+	// deleteService, deleteEnvironment, deleteProject, updateEnvironment.
+	Kind() string
+	// Describe says in a few words what the change does.
+	Describe() string
+	// View is the change as the read model shows it.
+	View() Change
+	environmentID() string
+	// apply turns the payload into its command and decides that on the
+	// pending state, in environment env (the change's, which exists).
+	apply(w *pending, env *Environment, m Meta) error
+}
+
+// ChangeList is the changes of a change set, in order. Its JSON is the
+// current schema of change-set events (a versioned envelope per change, see
+// change_codec.go); it also reads the schema 1 form, so that a snapshot of a
+// project taken before change-set payloads still loads.
+type ChangeList []ChangeCommand
+
+// View is the changes as the read model keeps them (the JSON of a []Change).
+func (l ChangeList) View() []Change {
+	if l == nil {
+		return nil
+	}
+	out := make([]Change, len(l))
+	for i, c := range l {
+		out[i] = c.View()
+	}
+	return out
 }
 
 // pending is the project's state as a decision unfolds: each change of a
@@ -225,166 +244,24 @@ func (p *Project) decideChange(c Change, m Meta) (Decision, error) {
 	return w.d, nil
 }
 
+// apply decides a change as it would wait in a change set: through its
+// payload, so that what is decided at once and what is decided at approval
+// are one path.
 func (w *pending) apply(c Change, m Meta) error {
-	p := w.p
-	env, err := p.environment(c.environmentID())
+	cc, err := c.payload()
 	if err != nil {
 		return err
 	}
-	switch {
-	case c.SetVariables != nil:
-		s := c.SetVariables
-		if err := w.checkTarget(s.ServiceID); err != nil {
-			return err
-		}
-		if len(s.Variables) == 0 {
-			return invalidf("no variables to set")
-		}
-		seen := map[string]bool{}
-		for _, v := range s.Variables {
-			if err := v.Validate(); err != nil {
-				return err
-			}
-			if seen[v.Name] {
-				return invalidf("variable %s is given twice", v.Name)
-			}
-			seen[v.Name] = true
-		}
-		vars := slices.Clone(s.Variables)
-		sort.Slice(vars, func(i, j int) bool { return vars[i].Name < vars[j].Name })
-		w.emit(VariablesSet{EnvironmentID: env.ID, ServiceID: s.ServiceID, Variables: vars})
-		if err := p.checkVariableLimits(env.ID, s.ServiceID); err != nil {
-			return err
-		}
-		// A reference that cannot resolve is refused now, with the reason,
-		// rather than accepted and the service silently held later.
-		for _, v := range vars {
-			if err := p.checkReferences(env.ID, v); err != nil {
-				return err
-			}
-			if err := p.checkReferrers(env.ID, s.ServiceID, v); err != nil {
-				return err
-			}
-		}
-		return w.rereleaseAffected(env.ID, s.ServiceID, m, "variables")
-	case c.UnsetVariables != nil:
-		u := c.UnsetVariables
-		if err := w.checkTarget(u.ServiceID); err != nil {
-			return err
-		}
-		names := slices.Clone(u.Names)
-		sort.Strings(names)
-		names = slices.Compact(names)
-		for _, n := range names {
-			if _, ok := p.Variables[env.ID][u.ServiceID][n]; !ok {
-				return notFoundf("variable %s is not set", n)
-			}
-		}
-		if len(names) == 0 {
-			return invalidf("no variables to unset")
-		}
-		w.emit(VariablesUnset{EnvironmentID: env.ID, ServiceID: u.ServiceID, Names: names})
-		return w.rereleaseAffected(env.ID, u.ServiceID, m, "variables")
-	case c.AddDomain != nil:
-		a := c.AddDomain
-		if _, err := p.service(a.ServiceID); err != nil {
-			return err
-		}
-		if err := ValidateHostname(a.Host); err != nil {
-			return err
-		}
-		if _, ok := p.Domains[a.Host]; ok {
-			return conflictf("domain %s is already routed in this project", a.Host)
-		}
-		w.emit(DomainAdded{EnvironmentID: env.ID, ServiceID: a.ServiceID, Host: a.Host})
-		w.d.Claims = append(w.d.Claims, NameClaim{domainHostScope(), a.Host})
-	case c.RemoveDomain != nil:
-		r := c.RemoveDomain
-		route, ok := p.Domains[r.Host]
-		if !ok || route.EnvironmentID != env.ID {
-			return notFoundf("domain %s", r.Host)
-		}
-		w.emit(DomainRemoved{EnvironmentID: env.ID, ServiceID: route.ServiceID, Host: r.Host})
-		w.d.Releases = append(w.d.Releases, NameClaim{domainHostScope(), r.Host})
-	case c.Scale != nil:
-		s := c.Scale
-		svc, err := p.service(s.ServiceID)
-		if err != nil {
-			return err
-		}
-		if !slices.ContainsFunc(svc.Processes, func(pr Process) bool { return pr.Name == s.Process }) {
-			return notFoundf("service %s has no process %s", svc.Name, s.Process)
-		}
-		if s.Replicas < 0 || s.Replicas > 1000 {
-			return invalidf("replicas %d must be between 0 and 1000", s.Replicas)
-		}
-		w.emit(ServiceScaled{EnvironmentID: env.ID, ServiceID: svc.ID, Process: s.Process, Replicas: s.Replicas})
-		return w.rereleaseAffected(env.ID, svc.ID, m, "scale")
-	case c.Deploy != nil:
-		d := c.Deploy
-		svc, err := p.service(d.ServiceID)
-		if err != nil {
-			return err
-		}
-		if err := ValidateID("release", d.ReleaseID); err != nil {
-			return err
-		}
-		if err := ValidateID("deployment", d.DeploymentID); err != nil {
-			return err
-		}
-		if !strings.Contains(d.Image, "@sha256:") {
-			return invalidf("image %q is not pinned to a digest", d.Image)
-		}
-		if err := ValidateText("image", d.Image, 1000); err != nil {
-			return err
-		}
-		if p.Current[env.ID][svc.ID].DeploymentID == d.DeploymentID {
-			return conflictf("deployment %s exists", d.DeploymentID)
-		}
-		if d.ClusterID != "" && d.ClusterID != env.ClusterID {
-			return conflictf("environment %s moved to another cluster since the build: its image is in the registry of the cluster it was built on; deploy again to build there", env.Name)
-		}
-		if d.Automatic && p.Paused[env.ID][svc.ID] {
-			// The deploy waits, visible, until someone resumes automatic
-			// deploys (which deploys it) or deploys by hand.
-			w.emit(DeployWaiting{EnvironmentID: env.ID, ServiceID: svc.ID, Image: d.Image, BuildID: d.BuildID, ClusterID: d.ClusterID})
-			return nil
-		}
-		w.release(env.ID, svc, d.ReleaseID, d.DeploymentID, d.Image, "deploy")
-	case c.Rollback != nil:
-		r := c.Rollback
-		if _, err := p.service(r.ServiceID); err != nil {
-			return err
-		}
-		if err := ValidateID("deployment", r.DeploymentID); err != nil {
-			return err
-		}
-		if err := ValidateID("release", r.ReleaseID); err != nil {
-			return err
-		}
-		rel := r.Release
-		if rel.EnvironmentID != env.ID || rel.ServiceID != r.ServiceID || rel.Number < 1 ||
-			rel.Number > p.ReleaseCount[env.ID][r.ServiceID] || rel.Image == "" {
-			return notFoundf("release %s of this service in this environment", r.ReleaseID)
-		}
-		cur := p.Current[env.ID][r.ServiceID]
-		w.emit(DeploymentRequested{DeploymentID: r.DeploymentID, ReleaseID: r.ReleaseID, EnvironmentID: env.ID, ServiceID: r.ServiceID,
-			Rollback: true, Image: rel.Image, Supersedes: cur.DeploymentID})
-		if !p.Paused[env.ID][r.ServiceID] {
-			w.emit(DeploymentsPaused{EnvironmentID: env.ID, ServiceID: r.ServiceID, Reason: fmt.Sprintf("rolled back to release %d", rel.Number)})
-		}
-	case c.DeleteService != nil:
-		return w.merge(p.decideDeleteService(c.DeleteService.ServiceID))
-	case c.DeleteEnvironment != nil:
-		return w.merge(p.decideDeleteEnvironment(c.DeleteEnvironment.EnvironmentID))
-	case c.DeleteProject != nil:
-		return w.merge(p.decideDeleteProject(), nil)
-	case c.UpdateEnvironment != nil:
-		return w.merge(p.decideUpdateEnvironment(*c.UpdateEnvironment))
-	default:
-		return invalidf("empty change")
+	return w.applyChange(cc, m)
+}
+
+// applyChange decides one change of a change set on the pending state.
+func (w *pending) applyChange(c ChangeCommand, m Meta) error {
+	env, err := w.p.environment(c.environmentID())
+	if err != nil {
+		return err
 	}
-	return nil
+	return c.apply(w, env, m)
 }
 
 // merge takes a decision made on the pending state into the change set's.

@@ -33,19 +33,25 @@ func (p *Project) openChangeSet(env *Environment, c Change, m Meta) (Decision, e
 		for i, ch := range joined.Changes {
 			sub := m
 			sub.CommandID = fmt.Sprintf("%s/%d", joined.ID, i)
-			if err := w.apply(ch, sub); err != nil {
+			if err := w.applyChange(ch, sub); err != nil {
 				return Decision{}, fmt.Errorf("the open change set %s can no longer be applied (%s): %w", joined.ID, ch.Describe(), err)
 			}
 		}
 	}
-	if err := w.apply(c, m); err != nil {
+	// The change waits as its payload, and is checked as the approval will
+	// decide it: from that payload.
+	cc, err := c.payload()
+	if err != nil {
+		return Decision{}, err
+	}
+	if err := w.applyChange(cc, m); err != nil {
 		return Decision{}, err
 	}
 	if joined != nil {
 		if len(joined.Changes) >= MaxChangesPerSet {
 			return Decision{}, conflictf("change set %s already holds %d changes; have it decided first", joined.ID, MaxChangesPerSet)
 		}
-		changes := append(slices.Clone(joined.Changes), c)
+		changes := append(slices.Clone(joined.Changes), cc)
 		descs := make([]string, len(changes))
 		for i, ch := range changes {
 			descs[i] = ch.Describe()
@@ -53,7 +59,7 @@ func (p *Project) openChangeSet(env *Environment, c Change, m Meta) (Decision, e
 		return decided(ChangeSetChanged{ChangeSetID: joined.ID, Version: joined.Version + 1, Description: strings.Join(descs, "; "), Changes: changes}), nil
 	}
 	id := DeriveID(m.CommandID, "changeset")
-	return decided(ChangeSetOpened{ChangeSetID: id, EnvironmentID: env.ID, Description: c.Describe(), Changes: []Change{c}, OpenedBy: m.Person}), nil
+	return decided(ChangeSetOpened{ChangeSetID: id, EnvironmentID: env.ID, Description: cc.Describe(), Changes: ChangeList{cc}, OpenedBy: m.Person}), nil
 }
 
 // MaxChangesPerSet bounds one change set.
@@ -83,11 +89,12 @@ func (p *Project) approve(c ApproveChangeSet, m Meta) (Decision, error) {
 	}
 	w := &pending{p: p.clone()}
 	w.emit(ChangeSetApproved{ChangeSetID: cs.ID, ApprovedBy: m.Person, Version: cs.Version})
+	// Each change is decided as its payload's command (change_<kind>.go).
 	for i, ch := range cs.Changes {
 		// Ids the changes derive are unique per change set and change.
 		sub := m
 		sub.CommandID = fmt.Sprintf("%s/%d", cs.ID, i)
-		if err := w.apply(ch, sub); err != nil {
+		if err := w.applyChange(ch, sub); err != nil {
 			return Decision{}, fmt.Errorf("change set %s can no longer be applied (%s): %w", cs.ID, ch.Describe(), err)
 		}
 	}

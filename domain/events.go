@@ -385,23 +385,28 @@ type DeploymentFailed struct {
 
 // ChangeSetOpened records changes to a protected environment that wait for
 // someone else's approval.
+//
+// Schema 1 held the commands themselves as Changes; schema 2 holds a
+// versioned payload of each change's kind (see change_codec.go). Both read
+// as the same ChangeList.
 type ChangeSetOpened struct {
-	ChangeSetID   string   `json:"changeSetId"`
-	EnvironmentID string   `json:"environmentId"`
-	Description   string   `json:"description"`
-	Changes       []Change `json:"changes"`
+	ChangeSetID   string     `json:"changeSetId"`
+	EnvironmentID string     `json:"environmentId"`
+	Description   string     `json:"description"`
+	Changes       ChangeList `json:"changes"`
 	// OpenedBy is the person (user id) who asked for the changes.
 	OpenedBy string `json:"openedBy"`
 }
 
 // ChangeSetChanged records a change joining an open change set: its version
-// grows, so an approval given for the version before is refused.
+// grows, so an approval given for the version before is refused. Its
+// schemas are those of ChangeSetOpened.
 type ChangeSetChanged struct {
 	ChangeSetID string `json:"changeSetId"`
 	Version     int    `json:"version"`
 	// Description and Changes are the whole change set after the change.
-	Description string   `json:"description"`
-	Changes     []Change `json:"changes"`
+	Description string     `json:"description"`
+	Changes     ChangeList `json:"changes"`
 }
 
 // ChangeSetExpired records that an open change set was not decided in time.

@@ -108,7 +108,7 @@ type CurrentDeployment struct {
 // ChangeSet is an open set of changes to a protected environment.
 type ChangeSet struct {
 	ID, EnvironmentID, OpenedBy string
-	Changes                     []Change
+	Changes                     ChangeList
 	Version                     int
 	OpenedAt                    time.Time
 }

@@ -118,9 +118,11 @@ func (h *history) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error
 		case domain.DeploymentsResumed:
 			h.pauses.delete(d.EnvironmentID, d.ServiceID)
 		case domain.ChangeSetOpened:
-			h.changesets.upsert(d.ChangeSetID, org, streamID, d.EnvironmentID, "open", d.Description, mustJSON(d.Changes), d.OpenedBy, at, "", nil, 1)
+			// The row keeps the view of the changes (a []domain.Change, as
+			// the API serves it), whatever schema the event carries them in.
+			h.changesets.upsert(d.ChangeSetID, org, streamID, d.EnvironmentID, "open", d.Description, mustJSON(d.Changes.View()), d.OpenedBy, at, "", nil, 1)
 		case domain.ChangeSetChanged:
-			h.changesets.update([]any{d.ChangeSetID}, map[string]any{"changes": mustJSON(d.Changes), "description": d.Description, "version": d.Version})
+			h.changesets.update([]any{d.ChangeSetID}, map[string]any{"changes": mustJSON(d.Changes.View()), "description": d.Description, "version": d.Version})
 		case domain.ChangeSetApproved:
 			h.changesets.update([]any{d.ChangeSetID}, map[string]any{"status": "approved", "decided_by": d.ApprovedBy, "decided_at": at})
 		case domain.ChangeSetRejected:
