@@ -21,10 +21,9 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/agent"
 	"github.com/nebulactrl/nebulactrl/agent/build"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
@@ -49,7 +48,7 @@ func TestPushToDeploy(t *testing.T) {
 	srv := servertest.Start(t, servertest.Options{Listen: freeAddr(t)})
 	rc, err := client.New(srv.URL, srv.Setup(t, "alice@example.com", "acme"))
 	require.NoError(t, err)
-	cluster, err := rc.CreateCluster(ctx, "acme", httpapi.CreateClusterRequest{Name: "eu-1"})
+	cluster, err := rc.CreateCluster(ctx, "acme", api.CreateClusterRequest{Name: "eu-1"})
 	require.NoError(t, err)
 	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: srv.URL, JoinToken: cluster.JoinToken.Token, Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
@@ -60,15 +59,15 @@ func TestPushToDeploy(t *testing.T) {
 
 	_, err = rc.CreateProject(ctx, "acme", "shop")
 	require.NoError(t, err)
-	_, err = rc.CreateEnvironment(ctx, "acme", "shop", httpapi.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"})
+	_, err = rc.CreateEnvironment(ctx, "acme", "shop", api.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"})
 	require.NoError(t, err)
 	port := 8080
-	_, err = rc.CreateService(ctx, "acme", "shop", httpapi.ServiceRequest{Name: "web", GitURL: "https://github.com/Codertocat/Hello-World", GitBranch: "master", Port: &port})
+	_, err = rc.CreateService(ctx, "acme", "shop", api.ServiceRequest{Name: "web", GitURL: "https://github.com/Codertocat/Hello-World", GitBranch: "master", Port: &port})
 	require.NoError(t, err)
 	hook, err := rc.RotateWebhook(ctx, "acme", "shop")
 	require.NoError(t, err)
 	hookURL := srv.URL + strings.TrimPrefix(hook.URL, "http://127.0.0.1")
-	example, err := os.ReadFile("../forge/testdata/github/push-branch-created.json")
+	example, err := os.ReadFile("../internal/forge/testdata/github/push-branch-created.json")
 	require.NoError(t, err)
 	const exampleCommit = "6113728f27ae82c7b1a177c8d03f9e96e0adf246"
 	push := func(commit string) string {
@@ -88,9 +87,9 @@ func TestPushToDeploy(t *testing.T) {
 		require.Equal(t, 200, resp.StatusCode)
 		return commit
 	}
-	buildOf := func(commit string) query.Build {
+	buildOf := func(commit string) api.Build {
 		t.Helper()
-		var b query.Build
+		var b api.Build
 		require.Eventually(t, func() bool {
 			bs, err := rc.Builds(ctx, "acme", "shop", "web", 0)
 			require.NoError(t, err)
@@ -104,9 +103,9 @@ func TestPushToDeploy(t *testing.T) {
 		}, 20*time.Second, 100*time.Millisecond, "the push of %s queues a build", commit)
 		return b
 	}
-	waitBuild := func(id, status string) query.Build {
+	waitBuild := func(id, status string) api.Build {
 		t.Helper()
-		var b query.Build
+		var b api.Build
 		require.Eventually(t, func() bool {
 			b, err = rc.Build(ctx, "acme", id)
 			require.NoError(t, err)
@@ -147,7 +146,7 @@ func TestPushToDeploy(t *testing.T) {
 	want := agentinstall.RegistryNodeAddress + "/shop/web@" + k8stest.BuildDigest
 	require.Eventually(t, func() bool { return imageOf() == want }, 60*time.Second, 200*time.Millisecond, "the build's image is deployed")
 	endpoints := k.WatchEndpoints(t, ns, "web")
-	var deps []httpapi.DeploymentView
+	var deps []api.DeploymentView
 	require.Eventually(t, func() bool {
 		deps, err = rc.Deployments(ctx, "acme", "shop", "staging", "web", 0)
 		require.NoError(t, err)

@@ -24,8 +24,8 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/agent"
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
@@ -150,7 +150,7 @@ func TestEndToEnd(t *testing.T) {
 	srv := servertest.Start(t, servertest.Options{Insecure: []string{host}, Listen: addr})
 	c := cp{t: t, url: srv.URL, token: srv.Setup(t, "root@example.com", "acme")}
 
-	var cluster httpapi.ClusterResponse
+	var cluster api.ClusterResponse
 	require.Equal(t, 201, c.do("POST", "/clusters", map[string]string{"name": "eu-1"}, &cluster))
 	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: srv.URL, JoinToken: cluster.JoinToken.Token, Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)

@@ -13,9 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
@@ -54,7 +54,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	aliceToken := srv.Setup(t, "alice@example.com", "acme")
 	rc, err := client.New(srv.URL, aliceToken)
 	require.NoError(t, err)
-	_, err = rc.CreateUser(ctx, httpapi.CreateUserRequest{Email: "bob@example.com", Password: "correct horse battery staple"})
+	_, err = rc.CreateUser(ctx, api.CreateUserRequest{Email: "bob@example.com", Password: "correct horse battery staple"})
 	require.NoError(t, err)
 	_, err = rc.AddMember(ctx, "acme", "bob@example.com", "admin")
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	bc, err := client.New(srv.URL, session.Token)
 	require.NoError(t, err)
 
-	cluster, err := rc.CreateCluster(ctx, "acme", httpapi.CreateClusterRequest{Name: "eu-1"})
+	cluster, err := rc.CreateCluster(ctx, "acme", api.CreateClusterRequest{Name: "eu-1"})
 	require.NoError(t, err)
 	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: srv.URL, JoinToken: cluster.JoinToken.Token, Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/eu-1"})
 	require.NoError(t, err)
@@ -74,27 +74,27 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 
 	_, err = rc.CreateProject(ctx, "acme", "shop")
 	require.NoError(t, err)
-	_, err = rc.CreateEnvironment(ctx, "acme", "shop", httpapi.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"})
+	_, err = rc.CreateEnvironment(ctx, "acme", "shop", api.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"})
 	require.NoError(t, err)
 	port, replicas, deadline := 8080, 2, 60
-	_, err = rc.CreateService(ctx, "acme", "shop", httpapi.ServiceRequest{Name: "api", Image: host + "/" + images["v1"], Port: &port, Replicas: &replicas,
+	_, err = rc.CreateService(ctx, "acme", "shop", api.ServiceRequest{Name: "api", Image: host + "/" + images["v1"], Port: &port, Replicas: &replicas,
 		ProgressDeadlineSeconds: &deadline})
 	require.NoError(t, err)
-	_, err = rc.SetVariables(ctx, "acme", "shop", "staging", "api", []httpapi.VariableInput{{Name: "GREETING", Value: "one"}})
+	_, err = rc.SetVariables(ctx, "acme", "shop", "staging", "api", []api.VariableInput{{Name: "GREETING", Value: "one"}})
 	require.NoError(t, err)
 
 	// The property, checked throughout: no endpoint of the Service is ever unready.
 	endpoints := k.WatchEndpoints(t, ns, "api")
 
-	deployment := func(id string) httpapi.DeploymentDetail {
+	deployment := func(id string) api.DeploymentDetail {
 		t.Helper()
 		d, err := rc.Deployment(ctx, "acme", "shop", "staging", "api", id)
 		require.NoError(t, err)
 		return d
 	}
-	waitStatus := func(id, status string, within time.Duration) httpapi.DeploymentDetail {
+	waitStatus := func(id, status string, within time.Duration) api.DeploymentDetail {
 		t.Helper()
-		var d httpapi.DeploymentDetail
+		var d api.DeploymentDetail
 		require.Eventually(t, func() bool { d = deployment(id); return d.Status == status }, within, 100*time.Millisecond,
 			"deployment %s did not become %s", id, status)
 		return d
@@ -168,7 +168,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	require.Eventually(t, func() bool { return podsOf("1") }, 30*time.Second, 100*time.Millisecond, "traffic reaches v1's ready pods")
 
 	// A variable change rolls a release 2 of the same image.
-	_, err = rc.SetVariables(ctx, "acme", "shop", "staging", "api", []httpapi.VariableInput{{Name: "GREETING", Value: "two"}})
+	_, err = rc.SetVariables(ctx, "acme", "shop", "staging", "api", []api.VariableInput{{Name: "GREETING", Value: "two"}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		l := deployment(client.LatestDeployment)
@@ -204,9 +204,9 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 
 	// Protected: v5 waits for someone other than its requester.
 	protected := true
-	_, _, err = rc.UpdateEnvironment(ctx, "acme", "shop", "staging", httpapi.UpdateEnvironmentRequest{Protected: &protected})
+	_, _, err = rc.UpdateEnvironment(ctx, "acme", "shop", "staging", api.UpdateEnvironmentRequest{Protected: &protected})
 	require.NoError(t, err)
-	approveAsBob := func(res httpapi.DeployResponse) string {
+	approveAsBob := func(res api.DeployResponse) string {
 		t.Helper()
 		require.Nil(t, res.Deployment)
 		require.NotNil(t, res.ChangeSet, "a protected environment waits for approval")
@@ -248,7 +248,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	// its cluster is Disconnected; it returns and the deploy finishes.
 	// Turning protection off is itself a change someone else approves.
 	protected = false
-	_, waits, err := rc.UpdateEnvironment(ctx, "acme", "shop", "staging", httpapi.UpdateEnvironmentRequest{Protected: &protected})
+	_, waits, err := rc.UpdateEnvironment(ctx, "acme", "shop", "staging", api.UpdateEnvironmentRequest{Protected: &protected})
 	require.NoError(t, err)
 	require.NotNil(t, waits, "it waits in a change set")
 	_, err = bc.ApproveChangeSet(ctx, "acme", "shop", "staging", waits.ID, waits.Version)
@@ -260,7 +260,7 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 	clk.Advance(61 * time.Second)
 	require.Eventually(t, func() bool {
 		d := deployment(v6)
-		return d.Status == "delivering" && len(d.Blockers) == 1 && d.Blockers[0] == httpapi.BlockerDelivery
+		return d.Status == "delivering" && len(d.Blockers) == 1 && d.Blockers[0] == api.BlockerDelivery
 	}, 30*time.Second, 200*time.Millisecond, "the blocker delivery shows while the cluster is Disconnected")
 	startAgent(t, k, srv.URL, cluster.JoinToken.Token, "nebulactrl-agent-0")
 	d = waitStatus(v6, "succeeded", 2*time.Minute)
@@ -268,14 +268,14 @@ func TestDeploymentsYouCanWatch(t *testing.T) {
 
 	// A stall and an approval expire by the injected clock.
 	day := 86400
-	_, err = rc.UpdateService(ctx, "acme", "shop", "api", httpapi.ServiceRequest{ProgressDeadlineSeconds: &day})
+	_, err = rc.UpdateService(ctx, "acme", "shop", "api", api.ServiceRequest{ProgressDeadlineSeconds: &day})
 	require.NoError(t, err)
 	v7 := deploy("v7")
 	waitStatus(v7, "probing", time.Minute)
 	clk.Advance(31 * time.Minute)
 	require.Eventually(t, func() bool { return deployment(v7).Stalled }, 30*time.Second, 200*time.Millisecond, "no progress for the stall timeout")
 	protected = true
-	_, _, err = rc.UpdateEnvironment(ctx, "acme", "shop", "staging", httpapi.UpdateEnvironmentRequest{Protected: &protected})
+	_, _, err = rc.UpdateEnvironment(ctx, "acme", "shop", "staging", api.UpdateEnvironmentRequest{Protected: &protected})
 	require.NoError(t, err)
 	res, err = rc.Deploy(ctx, "acme", "shop", "staging", "api", host+"/"+images["v6"])
 	require.NoError(t, err)

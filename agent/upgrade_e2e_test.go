@@ -28,9 +28,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nebulactrl/nebulactrl/agent/selfupdate"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/internal/agentbin"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/lockedbuf"
@@ -379,7 +379,7 @@ func TestAgentUpgradesItself(t *testing.T) {
 	// off: this test sends each upgrade itself, in its own order.
 	code := (cp{t: t, url: srv.URL, token: token}).put("/api/v1/instance/settings", map[string]bool{"agentAutoUpgrade": false})
 	require.Equal(t, 200, code, "automatic upgrade turned off")
-	cluster, err := rc.CreateCluster(context.Background(), "acme", httpapi.CreateClusterRequest{Name: "eu-1"})
+	cluster, err := rc.CreateCluster(context.Background(), "acme", api.CreateClusterRequest{Name: "eu-1"})
 	require.NoError(t, err)
 	w := &upgradeWorld{t: t, srv: srv, db: db, joinToken: cluster.JoinToken.Token, k: k, serve: serve, bins: bins, binDir: binDir,
 		results: map[string]chan transport.AgentUpgradeResult{}, kubeconfig: filepath.Join(t.TempDir(), "kubeconfig")}

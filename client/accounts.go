@@ -6,23 +6,22 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 // Setup creates the first user (the instance administrator) and
 // organisation; it needs no token and returns the user's first API token.
-func (c *Client) Setup(ctx context.Context, req httpapi.SetupRequest) (httpapi.SetupResponse, error) {
-	var out httpapi.SetupResponse
+func (c *Client) Setup(ctx context.Context, req api.SetupRequest) (api.SetupResponse, error) {
+	var out api.SetupResponse
 	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/setup", in: req, creating: true, public: true}, &out)
 	return out, err
 }
 
 // Login signs in with e-mail and password; it needs no token and returns a
 // session token.
-func (c *Client) Login(ctx context.Context, email, password string) (httpapi.SessionResponse, error) {
-	var out httpapi.SessionResponse
-	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/sessions", in: httpapi.LoginRequest{Email: email, Password: password}, public: true}, &out)
+func (c *Client) Login(ctx context.Context, email, password string) (api.SessionResponse, error) {
+	var out api.SessionResponse
+	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/sessions", in: api.LoginRequest{Email: email, Password: password}, public: true}, &out)
 	return out, err
 }
 
@@ -33,20 +32,20 @@ func (c *Client) Logout(ctx context.Context) error {
 }
 
 // Me says who the token belongs to.
-func (c *Client) Me(ctx context.Context) (httpapi.MeResponse, error) {
-	var out httpapi.MeResponse
+func (c *Client) Me(ctx context.Context) (api.MeResponse, error) {
+	var out api.MeResponse
 	_, err := c.call(ctx, request{method: http.MethodGet, path: "/api/v1/me"}, &out)
 	return out, err
 }
 
 // Tokens lists the caller's API tokens and sessions (never their secrets).
-func (c *Client) Tokens(ctx context.Context) ([]query.Token, error) {
-	return list[query.Token](ctx, c, request{method: http.MethodGet, path: "/api/v1/tokens"}, 0)
+func (c *Client) Tokens(ctx context.Context) ([]api.Token, error) {
+	return list[api.Token](ctx, c, request{method: http.MethodGet, path: "/api/v1/tokens"}, 0)
 }
 
 // CreateToken creates an API token; its secret is in the answer only.
-func (c *Client) CreateToken(ctx context.Context, req httpapi.CreateTokenRequest) (httpapi.CreatedToken, error) {
-	var out httpapi.CreatedToken
+func (c *Client) CreateToken(ctx context.Context, req api.CreateTokenRequest) (api.CreatedToken, error) {
+	var out api.CreatedToken
 	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/tokens", in: req, creating: true}, &out)
 	return out, err
 }
@@ -58,27 +57,27 @@ func (c *Client) RevokeToken(ctx context.Context, id string) error {
 }
 
 // Users lists every user (instance administrator).
-func (c *Client) Users(ctx context.Context) ([]query.User, error) {
-	return list[query.User](ctx, c, request{method: http.MethodGet, path: "/api/v1/users"}, 0)
+func (c *Client) Users(ctx context.Context) ([]api.User, error) {
+	return list[api.User](ctx, c, request{method: http.MethodGet, path: "/api/v1/users"}, 0)
 }
 
 // CreateUser adds a user (instance administrator).
-func (c *Client) CreateUser(ctx context.Context, req httpapi.CreateUserRequest) (query.User, error) {
-	var out query.User
+func (c *Client) CreateUser(ctx context.Context, req api.CreateUserRequest) (api.User, error) {
+	var out api.User
 	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/users", in: req, creating: true}, &out)
 	return out, err
 }
 
 // Settings reads the instance settings (instance administrator).
-func (c *Client) Settings(ctx context.Context) (query.InstanceSettings, error) {
-	var out query.InstanceSettings
+func (c *Client) Settings(ctx context.Context) (api.InstanceSettings, error) {
+	var out api.InstanceSettings
 	_, err := c.call(ctx, request{method: http.MethodGet, path: "/api/v1/instance/settings"}, &out)
 	return out, err
 }
 
 // UpdateSettings changes the instance settings (instance administrator).
-func (c *Client) UpdateSettings(ctx context.Context, req httpapi.SettingsRequest) (query.InstanceSettings, error) {
-	var out query.InstanceSettings
+func (c *Client) UpdateSettings(ctx context.Context, req api.SettingsRequest) (api.InstanceSettings, error) {
+	var out api.InstanceSettings
 	_, err := c.call(ctx, request{method: http.MethodPatch, path: "/api/v1/instance/settings", in: req}, &out)
 	return out, err
 }
@@ -106,7 +105,7 @@ type AuditQuery struct {
 }
 
 // Audit reads one page of the audit log.
-func (c *Client) Audit(ctx context.Context, q AuditQuery) (httpapi.AuditPage, error) {
+func (c *Client) Audit(ctx context.Context, q AuditQuery) (api.AuditPage, error) {
 	p := "/api/v1/audit"
 	if q.Org != "" {
 		p = path("/api/v1/orgs/%s/audit", q.Org)
@@ -130,48 +129,48 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) (httpapi.AuditPage, er
 	if q.Limit > 0 {
 		set("limit", strconv.Itoa(q.Limit))
 	}
-	var out httpapi.AuditPage
+	var out api.AuditPage
 	_, err := c.call(ctx, request{method: http.MethodGet, path: p, query: v}, &out)
 	return out, err
 }
 
 // Organisations lists the caller's organisations with the caller's role.
-func (c *Client) Organisations(ctx context.Context) ([]query.Organisation, error) {
-	return list[query.Organisation](ctx, c, request{method: http.MethodGet, path: "/api/v1/orgs"}, 0)
+func (c *Client) Organisations(ctx context.Context) ([]api.Organisation, error) {
+	return list[api.Organisation](ctx, c, request{method: http.MethodGet, path: "/api/v1/orgs"}, 0)
 }
 
 // CreateOrganisation creates an organisation owned by the caller.
-func (c *Client) CreateOrganisation(ctx context.Context, name string) (query.Organisation, error) {
-	var out query.Organisation
-	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/orgs", in: httpapi.CreateOrganisationRequest{Name: name}, creating: true}, &out)
+func (c *Client) CreateOrganisation(ctx context.Context, name string) (api.Organisation, error) {
+	var out api.Organisation
+	_, err := c.call(ctx, request{method: http.MethodPost, path: "/api/v1/orgs", in: api.CreateOrganisationRequest{Name: name}, creating: true}, &out)
 	return out, err
 }
 
 // Organisation reads an organisation.
-func (c *Client) Organisation(ctx context.Context, org string) (query.Organisation, error) {
-	var out query.Organisation
+func (c *Client) Organisation(ctx context.Context, org string) (api.Organisation, error) {
+	var out api.Organisation
 	_, err := c.call(ctx, request{method: http.MethodGet, path: path("/api/v1/orgs/%s", org)}, &out)
 	return out, err
 }
 
 // Members lists an organisation's members and their roles.
-func (c *Client) Members(ctx context.Context, org string) ([]query.Member, error) {
-	return list[query.Member](ctx, c, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/members", org)}, 0)
+func (c *Client) Members(ctx context.Context, org string) ([]api.Member, error) {
+	return list[api.Member](ctx, c, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/members", org)}, 0)
 }
 
 // AddMember adds an existing user, by e-mail address, with a role.
-func (c *Client) AddMember(ctx context.Context, org, email, role string) (query.Member, error) {
-	var out query.Member
+func (c *Client) AddMember(ctx context.Context, org, email, role string) (api.Member, error) {
+	var out api.Member
 	_, err := c.call(ctx, request{method: http.MethodPost, path: path("/api/v1/orgs/%s/members", org),
-		in: httpapi.AddMemberRequest{Email: email, Role: role}, creating: true}, &out)
+		in: api.AddMemberRequest{Email: email, Role: role}, creating: true}, &out)
 	return out, err
 }
 
 // ChangeMemberRole changes a member's role.
-func (c *Client) ChangeMemberRole(ctx context.Context, org, userID, role string) (query.Member, error) {
-	var out query.Member
+func (c *Client) ChangeMemberRole(ctx context.Context, org, userID, role string) (api.Member, error) {
+	var out api.Member
 	_, err := c.call(ctx, request{method: http.MethodPatch, path: path("/api/v1/orgs/%s/members/%s", org, userID),
-		in: httpapi.ChangeRoleRequest{Role: role}}, &out)
+		in: api.ChangeRoleRequest{Role: role}}, &out)
 	return out, err
 }
 

@@ -18,8 +18,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
@@ -34,7 +34,7 @@ func TestAgainstControlPlane(t *testing.T) {
 	anon, err := client.New(srv.URL+"/api/v1/", "")
 	require.NoError(t, err)
 	require.Equal(t, srv.URL, anon.URL(), "a trailing /api/v1/ is accepted")
-	setup, err := anon.Setup(ctx, httpapi.SetupRequest{Email: "ada@example.com", Password: "correct horse battery staple", Organisation: "acme"})
+	setup, err := anon.Setup(ctx, api.SetupRequest{Email: "ada@example.com", Password: "correct horse battery staple", Organisation: "acme"})
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(setup.Token, "nbl_"))
 	require.Equal(t, "acme", setup.Organisation.Name)

@@ -4,8 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 func clusterPath(org, cluster string) string {
@@ -13,21 +12,21 @@ func clusterPath(org, cluster string) string {
 }
 
 // Clusters lists an organisation's clusters.
-func (c *Client) Clusters(ctx context.Context, org string) ([]query.Cluster, error) {
-	return list[query.Cluster](ctx, c, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/clusters", org)}, 0)
+func (c *Client) Clusters(ctx context.Context, org string) ([]api.Cluster, error) {
+	return list[api.Cluster](ctx, c, request{method: http.MethodGet, path: path("/api/v1/orgs/%s/clusters", org)}, 0)
 }
 
 // CreateCluster creates a cluster; the answer carries its first join token,
 // whose secret is shown only there.
-func (c *Client) CreateCluster(ctx context.Context, org string, req httpapi.CreateClusterRequest) (httpapi.ClusterResponse, error) {
-	var out httpapi.ClusterResponse
+func (c *Client) CreateCluster(ctx context.Context, org string, req api.CreateClusterRequest) (api.ClusterResponse, error) {
+	var out api.ClusterResponse
 	_, err := c.call(ctx, request{method: http.MethodPost, path: path("/api/v1/orgs/%s/clusters", org), in: req, creating: true}, &out)
 	return out, err
 }
 
 // Cluster reads a cluster.
-func (c *Client) Cluster(ctx context.Context, org, cluster string) (httpapi.ClusterResponse, error) {
-	var out httpapi.ClusterResponse
+func (c *Client) Cluster(ctx context.Context, org, cluster string) (api.ClusterResponse, error) {
+	var out api.ClusterResponse
 	_, err := c.call(ctx, request{method: http.MethodGet, path: clusterPath(org, cluster)}, &out)
 	return out, err
 }
@@ -39,13 +38,13 @@ func (c *Client) DeleteCluster(ctx context.Context, org, cluster string) error {
 }
 
 // JoinTokens lists a cluster's join tokens (never their secrets).
-func (c *Client) JoinTokens(ctx context.Context, org, cluster string) ([]query.JoinToken, error) {
-	return list[query.JoinToken](ctx, c, request{method: http.MethodGet, path: clusterPath(org, cluster) + "/join-tokens"}, 0)
+func (c *Client) JoinTokens(ctx context.Context, org, cluster string) ([]api.JoinToken, error) {
+	return list[api.JoinToken](ctx, c, request{method: http.MethodGet, path: clusterPath(org, cluster) + "/join-tokens"}, 0)
 }
 
 // CreateJoinToken issues a join token; its secret is in the answer only.
-func (c *Client) CreateJoinToken(ctx context.Context, org, cluster string, req httpapi.JoinTokenRequest) (httpapi.CreatedJoinToken, error) {
-	var out httpapi.CreatedJoinToken
+func (c *Client) CreateJoinToken(ctx context.Context, org, cluster string, req api.JoinTokenRequest) (api.CreatedJoinToken, error) {
+	var out api.CreatedJoinToken
 	_, err := c.call(ctx, request{method: http.MethodPost, path: clusterPath(org, cluster) + "/join-tokens", in: req, creating: true}, &out)
 	return out, err
 }
@@ -57,6 +56,6 @@ func (c *Client) RevokeJoinToken(ctx context.Context, org, cluster, id string) e
 }
 
 // Servers lists the servers (agent installations) of a cluster.
-func (c *Client) Servers(ctx context.Context, org, cluster string) ([]query.Server, error) {
-	return list[query.Server](ctx, c, request{method: http.MethodGet, path: clusterPath(org, cluster) + "/servers"}, 0)
+func (c *Client) Servers(ctx context.Context, org, cluster string) ([]api.Server, error) {
+	return list[api.Server](ctx, c, request{method: http.MethodGet, path: clusterPath(org, cluster) + "/servers"}, 0)
 }

@@ -4,22 +4,21 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 // Replicas lists how many copies of each of a service's processes run in an
 // environment.
-func (c *Client) Replicas(ctx context.Context, org, project, env, service string) ([]query.ProcessReplicas, error) {
-	return list[query.ProcessReplicas](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/replicas"}, 0)
+func (c *Client) Replicas(ctx context.Context, org, project, env, service string) ([]api.ProcessReplicas, error) {
+	return list[api.ProcessReplicas](ctx, c, request{method: http.MethodGet, path: levelPath(org, project, env, service) + "/replicas"}, 0)
 }
 
 // Scale sets a process's replica count in an environment (process "" when
 // the service has one). It returns the counts after the change, or, in a
 // protected environment, the change set that waits for approval.
-func (c *Client) Scale(ctx context.Context, org, project, env, service, process string, replicas int) ([]query.ProcessReplicas, *query.ChangeSet, error) {
-	var out httpapi.ReplicasResponse
+func (c *Client) Scale(ctx context.Context, org, project, env, service, process string, replicas int) ([]api.ProcessReplicas, *api.ChangeSet, error) {
+	var out api.ReplicasResponse
 	cs, err := c.maybeChangeSet(ctx, request{method: http.MethodPut, path: levelPath(org, project, env, service) + "/replicas",
-		in: httpapi.ScaleRequest{Process: process, Replicas: &replicas}}, &out)
+		in: api.ScaleRequest{Process: process, Replicas: &replicas}}, &out)
 	return out.Replicas, cs, err
 }

@@ -13,8 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 // Event is one server-sent event of a stream.
@@ -134,7 +133,7 @@ func (c *Client) streamOnce(ctx context.Context, h *http.Client, path string, q 
 	if err != nil {
 		return false, err
 	}
-	req.Header.Set("Accept", httpapi.StreamMediaType)
+	req.Header.Set("Accept", api.StreamMediaType)
 	req.Header.Set("User-Agent", c.userAgent)
 	req.Header.Set("Cache-Control", "no-cache")
 	if c.token != "" {
@@ -159,7 +158,7 @@ func (c *Client) streamOnce(ctx context.Context, h *http.Client, path string, q 
 		}
 		return false, e
 	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, httpapi.StreamMediaType) {
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, api.StreamMediaType) {
 		return false, fmt.Errorf("the answer of GET %s is %q, not an event stream (is %s a NebulaCtrl control plane?)", path, ct, c.base)
 	}
 	rd := bufio.NewReaderSize(resp.Body, 64<<10)
@@ -244,8 +243,8 @@ func readLine(rd *bufio.Reader, max int64) ([]byte, error) {
 // blockers or status change) and Stage (a stage of its rollout) is set.
 type DeploymentEvent struct {
 	ID         string
-	Deployment *httpapi.DeploymentView
-	Stage      *httpapi.DeploymentStageEvent
+	Deployment *api.DeploymentView
+	Stage      *api.DeploymentStageEvent
 }
 
 // WatchDeployment follows a deployment (LatestDeployment: the newest when
@@ -274,13 +273,13 @@ func (c *Client) WatchDeployment(ctx context.Context, org, project, env, service
 		de.ID = e.ID
 		switch e.Name {
 		case "deployment":
-			de.Deployment = &httpapi.DeploymentView{}
+			de.Deployment = &api.DeploymentView{}
 			if err := json.Unmarshal(e.Data, de.Deployment); err != nil {
 				return false, fmt.Errorf("reading a deployment event: %w", err)
 			}
 			over = de.Deployment.Terminal()
 		case "stage":
-			de.Stage = &httpapi.DeploymentStageEvent{}
+			de.Stage = &api.DeploymentStageEvent{}
 			if err := json.Unmarshal(e.Data, de.Stage); err != nil {
 				return false, fmt.Errorf("reading a stage event: %w", err)
 			}
@@ -299,12 +298,12 @@ func (c *Client) WatchDeployment(ctx context.Context, org, project, env, service
 // entries about it, its services there, its deployments and change sets, in
 // order, from what happens next (or after opts.LastEventID, an entry's seq).
 func (c *Client) WatchEnvironment(ctx context.Context, org, project, env string, opts StreamOptions,
-	handle func(query.AuditEntry) (stop bool, err error)) error {
+	handle func(api.AuditEntry) (stop bool, err error)) error {
 	return c.Stream(ctx, envPath(org, project, env)+"/events", nil, opts, func(e Event) (bool, error) {
 		if e.Name != "audit" {
 			return false, nil
 		}
-		var a query.AuditEntry
+		var a api.AuditEntry
 		if err := json.Unmarshal(e.Data, &a); err != nil {
 			return false, fmt.Errorf("reading an audit event: %w", err)
 		}
@@ -318,7 +317,7 @@ func (c *Client) WatchEnvironment(ctx context.Context, org, project, env string,
 // opts.LastEventID: an entry's seq, or a page's Next). Cursor, Until and
 // Limit do not apply.
 func (c *Client) WatchAudit(ctx context.Context, q AuditQuery, opts StreamOptions,
-	handle func(query.AuditEntry) (stop bool, err error)) error {
+	handle func(api.AuditEntry) (stop bool, err error)) error {
 	if q.Org == "" {
 		return errors.New("client: WatchAudit needs an organisation (the instance-wide audit log has no stream)")
 	}
@@ -335,7 +334,7 @@ func (c *Client) WatchAudit(ctx context.Context, q AuditQuery, opts StreamOption
 		if e.Name != "audit" {
 			return false, nil
 		}
-		var a query.AuditEntry
+		var a api.AuditEntry
 		if err := json.Unmarshal(e.Data, &a); err != nil {
 			return false, fmt.Errorf("reading an audit event: %w", err)
 		}

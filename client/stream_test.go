@@ -11,9 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -41,7 +40,7 @@ func TestStreamResumes(t *testing.T) {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return
 		}
-		w.Header().Set("Content-Type", httpapi.StreamMediaType)
+		w.Header().Set("Content-Type", api.StreamMediaType)
 		w.WriteHeader(http.StatusOK)
 		f := w.(http.Flusher)
 		switch n {
@@ -88,26 +87,26 @@ func TestWatchEnvironment(t *testing.T) {
 	c, err := client.New(srv.URL, token)
 	require.NoError(t, err)
 	ctx := t.Context()
-	_, err = c.CreateCluster(ctx, "acme", httpapi.CreateClusterRequest{Name: "eu-1"})
+	_, err = c.CreateCluster(ctx, "acme", api.CreateClusterRequest{Name: "eu-1"})
 	require.NoError(t, err)
 	_, err = c.CreateProject(ctx, "acme", "shop")
 	require.NoError(t, err)
-	_, err = c.CreateEnvironment(ctx, "acme", "shop", httpapi.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"})
+	_, err = c.CreateEnvironment(ctx, "acme", "shop", api.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"})
 	require.NoError(t, err)
 
-	entries := make(chan query.AuditEntry, 10)
+	entries := make(chan api.AuditEntry, 10)
 	done := make(chan error, 1)
 	go func() {
-		done <- c.WatchEnvironment(ctx, "acme", "shop", "staging", client.StreamOptions{}, func(e query.AuditEntry) (bool, error) {
+		done <- c.WatchEnvironment(ctx, "acme", "shop", "staging", client.StreamOptions{}, func(e api.AuditEntry) (bool, error) {
 			entries <- e
 			return e.Detail == "LAST", nil
 		})
 	}()
 	// The stream starts with what happens next: set variables until the
 	// first one is seen (the watch may connect after the first set).
-	var first query.AuditEntry
+	var first api.AuditEntry
 	require.Eventually(t, func() bool {
-		_, err := c.SetVariables(ctx, "acme", "shop", "staging", "", []httpapi.VariableInput{{Name: "A", Value: "1"}})
+		_, err := c.SetVariables(ctx, "acme", "shop", "staging", "", []api.VariableInput{{Name: "A", Value: "1"}})
 		require.NoError(t, err)
 		for {
 			select {
@@ -122,7 +121,7 @@ func TestWatchEnvironment(t *testing.T) {
 	}, 10*time.Second, time.Millisecond)
 	require.Equal(t, "variable.update", first.Action)
 	require.Equal(t, "acme/shop/staging", first.Target.Name)
-	_, err = c.SetVariables(ctx, "acme", "shop", "staging", "", []httpapi.VariableInput{{Name: "LAST", Value: "1"}})
+	_, err = c.SetVariables(ctx, "acme", "shop", "staging", "", []api.VariableInput{{Name: "LAST", Value: "1"}})
 	require.NoError(t, err)
 	for {
 		e := <-entries
@@ -133,7 +132,7 @@ func TestWatchEnvironment(t *testing.T) {
 	require.NoError(t, <-done, "the watch ends when its handler says stop")
 	// Resumed after the first entry: everything since, in order.
 	var seqs []int64
-	err = c.WatchEnvironment(ctx, "acme", "shop", "staging", client.StreamOptions{LastEventID: fmt.Sprint(first.Seq)}, func(e query.AuditEntry) (bool, error) {
+	err = c.WatchEnvironment(ctx, "acme", "shop", "staging", client.StreamOptions{LastEventID: fmt.Sprint(first.Seq)}, func(e api.AuditEntry) (bool, error) {
 		seqs = append(seqs, e.Seq)
 		return strings.Contains(e.Detail, "LAST"), nil
 	})
@@ -157,17 +156,17 @@ func TestWatchAudit(t *testing.T) {
 	require.NoError(t, err)
 	require.Error(t, c.WatchAudit(ctx, client.AuditQuery{}, client.StreamOptions{}, nil), "an organisation is needed")
 
-	entries := make(chan query.AuditEntry, 100)
+	entries := make(chan api.AuditEntry, 100)
 	done := make(chan error, 1)
 	go func() {
-		done <- c.WatchAudit(ctx, client.AuditQuery{Org: "acme", Action: "project.*"}, client.StreamOptions{}, func(e query.AuditEntry) (bool, error) {
+		done <- c.WatchAudit(ctx, client.AuditQuery{Org: "acme", Action: "project.*"}, client.StreamOptions{}, func(e api.AuditEntry) (bool, error) {
 			entries <- e
 			return e.Target.Name == "acme/last", nil
 		})
 	}()
 	// The stream starts with what happens next: create projects until one
 	// is seen (the watch may connect after the first).
-	var first query.AuditEntry
+	var first api.AuditEntry
 	n := 0
 	require.Eventually(t, func() bool {
 		n++
@@ -183,7 +182,7 @@ func TestWatchAudit(t *testing.T) {
 	require.Equal(t, "project.create", first.Action)
 	_, err = c.CreateProject(ctx, "globex", "hidden")
 	require.NoError(t, err)
-	_, err = c.CreateCluster(ctx, "acme", httpapi.CreateClusterRequest{Name: "eu-1"})
+	_, err = c.CreateCluster(ctx, "acme", api.CreateClusterRequest{Name: "eu-1"})
 	require.NoError(t, err)
 	_, err = c.CreateProject(ctx, "acme", "last")
 	require.NoError(t, err)
@@ -203,7 +202,7 @@ func TestWatchAudit(t *testing.T) {
 	require.NoError(t, <-done, "the watch ends when its handler says stop")
 
 	var resumed []string
-	err = c.WatchAudit(ctx, client.AuditQuery{Org: "acme", Action: "project.*"}, client.StreamOptions{LastEventID: fmt.Sprint(first.Seq)}, func(e query.AuditEntry) (bool, error) {
+	err = c.WatchAudit(ctx, client.AuditQuery{Org: "acme", Action: "project.*"}, client.StreamOptions{LastEventID: fmt.Sprint(first.Seq)}, func(e api.AuditEntry) (bool, error) {
 		resumed = append(resumed, e.Target.Name)
 		return e.Target.Name == "acme/last", nil
 	})

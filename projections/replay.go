@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/nebulactrl/nebulactrl/desiredstate"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
@@ -297,17 +297,6 @@ func compareTable(ctx context.Context, tx pgx.Tx, table string) (TableReport, er
 	return rep, nil
 }
 
-// ChainReport is the result of verifying the audit hash chain.
-type ChainReport struct {
-	OK     bool  `json:"ok"`
-	Rows   int64 `json:"rows"`
-	Events int64 `json:"events"`
-	// Lag is set by Verify: events the projections had not handled.
-	Lag *Lag `json:"lag,omitempty"`
-	// Problem describes the first break, naming the row.
-	Problem string `json:"problem,omitempty"`
-}
-
 // Verify waits (briefly) for the projections to handle every event committed
 // so far, then verifies the audit chain: an intact chain that stops short of
 // the event store, because a projection is stuck, is not "intact".
@@ -384,30 +373,32 @@ func VerifyChain(ctx context.Context, q eventstore.Querier) (ChainReport, error)
 	return rep, nil
 }
 
-// Revision is one desired-state revision of an environment.
-type Revision struct {
-	EnvironmentID string                `json:"environmentId"`
-	Number        int                   `json:"number"`
-	Hash          string                `json:"hash"`
-	CompiledAt    time.Time             `json:"compiledAt"`
-	Document      desiredstate.Document `json:"document"`
-}
-
 // ErrNoRevision means the environment had no revision at that time.
 var ErrNoRevision = errors.New("no revision")
 
 // StateAt returns the revision an environment had at time at: which one,
 // from the revision events themselves (the facts); its document rebuilt as
 // DocumentAt does, checked against the hash its event recorded.
-func StateAt(ctx context.Context, q eventstore.Querier, envID string, at time.Time) (Revision, error) {
+func StateAt(ctx context.Context, q eventstore.Querier, envID string, at time.Time) (api.Revision, error) {
 	n, err := revisionAt(ctx, q, envID, at)
 	if err != nil {
-		return Revision{}, err
+		return api.Revision{}, err
 	}
 	return DocumentAt(ctx, q, envID, n)
 }
 
 // RevisionNumber returns revision n of an environment (0 means the latest).
-func RevisionNumber(ctx context.Context, q eventstore.Querier, envID string, n int) (Revision, error) {
+func RevisionNumber(ctx context.Context, q eventstore.Querier, envID string, n int) (api.Revision, error) {
 	return DocumentAt(ctx, q, envID, n)
+}
+
+// ChainReport is the result of verifying the audit hash chain.
+type ChainReport struct {
+	OK     bool  `json:"ok"`
+	Rows   int64 `json:"rows"`
+	Events int64 `json:"events"`
+	// Lag is set by Verify: events the projections had not handled.
+	Lag *Lag `json:"lag,omitempty"`
+	// Problem describes the first break, naming the row.
+	Problem string `json:"problem,omitempty"`
 }

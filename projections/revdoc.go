@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
@@ -218,8 +219,8 @@ func Document(ctx context.Context, q eventstore.Querier, envID string, n int) (d
 // recorded but not projected yet are folded in from their events; the result
 // is checked against the hash the revision event recorded, and rebuilt from
 // the events alone (the facts) when the read model disagrees with it.
-func DocumentAt(ctx context.Context, q eventstore.Querier, envID string, n int) (Revision, error) {
-	var rev Revision
+func DocumentAt(ctx context.Context, q eventstore.Querier, envID string, n int) (api.Revision, error) {
+	var rev api.Revision
 	var hash string
 	var projected int
 	// The revision event (the latest for 0) and how far the read model got.

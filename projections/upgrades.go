@@ -7,7 +7,7 @@ import (
 )
 
 // lastUpgrade is a server's last agent upgrade as the read model keeps it
-// (servers.last_upgrade; query.LastUpgrade reads it).
+// (servers.last_upgrade; api.LastUpgrade reads it).
 type lastUpgrade struct {
 	UpgradeID string    `json:"upgradeId,omitempty"`
 	From      string    `json:"from,omitempty"`

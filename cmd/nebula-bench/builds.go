@@ -22,11 +22,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/config"
 	"github.com/nebulactrl/nebulactrl/internal/forge"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/pgcluster"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
 	"github.com/nebulactrl/nebulactrl/internal/server"
@@ -185,7 +185,7 @@ func benchPushToJob(ctx context.Context, cluster *pgcluster.Cluster, example []b
 	if err != nil {
 		return result{}, err
 	}
-	cl, err := rc.CreateCluster(ctx, "acme", httpapi.CreateClusterRequest{Name: "eu-1"})
+	cl, err := rc.CreateCluster(ctx, "acme", api.CreateClusterRequest{Name: "eu-1"})
 	if err != nil {
 		return result{}, err
 	}
@@ -214,11 +214,11 @@ func benchPushToJob(ctx context.Context, cluster *pgcluster.Cluster, example []b
 	if _, err := rc.CreateProject(ctx, "acme", "shop"); err != nil {
 		return result{}, err
 	}
-	if _, err := rc.CreateEnvironment(ctx, "acme", "shop", httpapi.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"}); err != nil {
+	if _, err := rc.CreateEnvironment(ctx, "acme", "shop", api.CreateEnvironmentRequest{Name: "staging", Cluster: "eu-1"}); err != nil {
 		return result{}, err
 	}
 	port := 8080
-	if _, err := rc.CreateService(ctx, "acme", "shop", httpapi.ServiceRequest{Name: "web", GitURL: "https://github.com/Codertocat/Hello-World", GitBranch: "master", Port: &port}); err != nil {
+	if _, err := rc.CreateService(ctx, "acme", "shop", api.ServiceRequest{Name: "web", GitURL: "https://github.com/Codertocat/Hello-World", GitBranch: "master", Port: &port}); err != nil {
 		return result{}, err
 	}
 	hook, err := rc.RotateWebhook(ctx, "acme", "shop")
@@ -258,7 +258,7 @@ func benchPushToJob(ctx context.Context, cluster *pgcluster.Cluster, example []b
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		answered := time.Since(t0)
-		var out httpapi.HookResponse
+		var out api.HookResponse
 		if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &out) != nil || out.Outcome != "building" || len(out.Builds) != 1 {
 			return pushed{}, fmt.Errorf("builds: the push was answered %d: %s", resp.StatusCode, raw)
 		}

@@ -15,13 +15,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/console"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/pgcluster"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // consoleServices is the size of the organisation the console's page
@@ -105,10 +104,10 @@ func benchConsole(ctx context.Context, cluster *pgcluster.Cluster) ([]result, er
 		return json.NewDecoder(resp.Body).Decode(out)
 	}
 	var (
-		me   httpapi.MeResponse
-		proj query.Project
-		env  query.Environment
-		svcs httpapi.Page[query.Service]
+		me   api.MeResponse
+		proj api.Project
+		env  api.Environment
+		svcs api.Page[api.Service]
 	)
 	for path, out := range map[string]any{"/api/v1/me": &me, "/api/v1/orgs/acme/projects/shop": &proj,
 		"/api/v1/orgs/acme/projects/shop/environments/production": &env, "/api/v1/orgs/acme/projects/shop/services?limit=50": &svcs} {
@@ -131,7 +130,7 @@ func benchConsole(ctx context.Context, cluster *pgcluster.Cluster) ([]result, er
 		}
 	}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		var inProgress httpapi.Page[httpapi.DeploymentInProgress]
+		var inProgress api.Page[api.DeploymentInProgress]
 		if err := getJSON("/api/v1/orgs/acme/deployments?limit=1000", &inProgress); err != nil {
 			return nil, err
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/httpapi"
@@ -105,7 +106,7 @@ func loginFloodRow(ctx context.Context, srv *httptest.Server, token string, f fl
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				body, _ := json.Marshal(httpapi.LoginRequest{Email: fmt.Sprintf("nobody-%d@example.com", i), Password: "not the password at all"})
+				body, _ := json.Marshal(api.LoginRequest{Email: fmt.Sprintf("nobody-%d@example.com", i), Password: "not the password at all"})
 				for fctx.Err() == nil {
 					req, _ := http.NewRequestWithContext(fctx, http.MethodPost, srv.URL+"/api/v1/sessions", bytes.NewReader(body))
 					req.Header.Set("Content-Type", "application/json")
@@ -230,8 +231,8 @@ func loginAPI(ctx context.Context, pool *pgxpool.Pool) (*httptest.Server, string
 		}
 		return nil
 	}
-	var setup httpapi.SetupResponse
-	if err := post("/api/v1/setup", "", httpapi.SetupRequest{Email: "ada@example.com", Password: "correct horse battery staple", Organisation: "acme"}, &setup); err != nil {
+	var setup api.SetupResponse
+	if err := post("/api/v1/setup", "", api.SetupRequest{Email: "ada@example.com", Password: "correct horse battery staple", Organisation: "acme"}, &setup); err != nil {
 		stop()
 		return nil, "", nil, err
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 )
 
 // password reads a new password: one line of stdin with --password-stdin,
@@ -71,7 +71,7 @@ Example:
 				return err
 			}
 			var raw []byte
-			res, err := cl.Setup(client.CaptureBody(x.Context.Context, &raw), httpapi.SetupRequest{
+			res, err := cl.Setup(client.CaptureBody(x.Context.Context, &raw), api.SetupRequest{
 				Email: x.String("email"), Name: x.String("name"), Password: pw, Organisation: x.String("org")})
 			if err != nil {
 				return err
@@ -278,7 +278,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			var me httpapi.MeResponse
+			var me api.MeResponse
 			return x.read(&me, func(ctx context.Context) (err error) { me, err = cl.Me(ctx); return }, func() error {
 				name := me.User.Email
 				if me.User.Name != "" {

@@ -9,9 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // auditPollInterval is how often nebula audit --follow asks for new entries.
@@ -101,7 +100,7 @@ func runAuditLog(x *cmdCtx) error {
 	}
 	lines := format == outJSONL || (follow && format == outJSON)
 	header := format == outTable
-	all := []query.AuditEntry{}
+	all := []api.AuditEntry{}
 	for {
 		page, err := cl.Audit(ctx, q)
 		if err != nil {
@@ -142,7 +141,7 @@ func runAuditLog(x *cmdCtx) error {
 	}
 }
 
-func printEntries(x *cmdCtx, page httpapi.AuditPage, header bool) {
+func printEntries(x *cmdCtx, page api.AuditPage, header bool) {
 	var rows [][]string
 	for _, e := range page.Items {
 		target := e.Target.Name

@@ -12,10 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/backup"
 	"github.com/nebulactrl/nebulactrl/internal/config"
 	"github.com/nebulactrl/nebulactrl/internal/database"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 )
 
 // serverName is the name the installed control plane answers to as well;
@@ -136,7 +136,7 @@ Example:
 }
 
 func backupCommand() *cli.Command {
-	show := func(x *cmdCtx, bs []httpapi.Backup) {
+	show := func(x *cmdCtx, bs []api.Backup) {
 		rows := make([][]string, 0, len(bs))
 		for _, b := range bs {
 			rows = append(rows, []string{cell(b.Dump), cell(b.Time.Local().Format(time.DateTime)), cell(b.Trigger), cell(b.Version),
@@ -159,7 +159,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var bs []httpapi.Backup
+				var bs []api.Backup
 				return x.read(&bs, func(ctx context.Context) (err error) { bs, err = cl.Backups(ctx); return },
 					func() error { show(x, bs); return nil })
 			},
@@ -177,9 +177,9 @@ Example:
 				if err != nil {
 					return err
 				}
-				var b httpapi.Backup
+				var b api.Backup
 				return x.read(&b, func(ctx context.Context) (err error) { b, err = cl.CreateBackup(ctx); return },
-					func() error { show(x, []httpapi.Backup{b}); return nil })
+					func() error { show(x, []api.Backup{b}); return nil })
 			},
 		}.command(),
 		restoreCommand(),

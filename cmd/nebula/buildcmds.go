@@ -12,10 +12,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // Builds from Git: nebula builds, nebula service track, nebula project
@@ -34,7 +33,7 @@ func gitFlags() []cli.Flag {
 }
 
 // applyGitFlags puts the Git flags into the request.
-func (x *cmdCtx) applyGitFlags(req *httpapi.ServiceRequest) error {
+func (x *cmdCtx) applyGitFlags(req *api.ServiceRequest) error {
 	req.Dockerfile, req.Context, req.GitUsername = x.String("dockerfile"), x.String("build-context"), x.String("git-user")
 	req.GitCredentialNone = x.Bool("no-git-credential")
 	if x.Bool("git-token-stdin") {
@@ -89,7 +88,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var bs []query.Build
+				var bs []api.Build
 				return x.read(&bs, func(ctx context.Context) (err error) {
 					bs, err = cl.Builds(ctx, a.Org, a.Project, x.String("service"), x.Int("limit"))
 					return
@@ -117,7 +116,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var b query.Build
+				var b api.Build
 				return x.read(&b, func(ctx context.Context) (err error) { b, err = cl.Build(ctx, a.Org, x.Args().Get(1)); return }, func() error {
 					x.printBuild(b)
 					return nil
@@ -156,7 +155,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var b query.Build
+				var b api.Build
 				return x.read(&b, func(ctx context.Context) (err error) { b, err = cl.CancelBuild(ctx, a.Org, x.Args().Get(1)); return }, func() error {
 					x.printf("Cancelled build %s (%s).\n", b.ID, b.Status)
 					return nil
@@ -173,7 +172,7 @@ func short(commit string) string {
 	return commit
 }
 
-func (x *cmdCtx) printBuild(b query.Build) {
+func (x *cmdCtx) printBuild(b api.Build) {
 	x.printf("Build %s of %s/%s (attempt %d, by %s)\n", b.ID, b.Project, b.Service, b.Attempt, b.Trigger)
 	x.printf("  repository  %s\n  branch      %s\n  commit      %s\n  dockerfile  %s in %s\n  cluster     %s\n  status      %s\n",
 		b.Repository, b.Branch, or(b.Commit, "(the branch's head)"), or(b.Dockerfile, domain.DefaultDockerfile), or(b.Context, domain.DefaultContext),
@@ -246,7 +245,7 @@ func timedOut(ctx context.Context, err error) error {
 
 // awaitBuildDeploy follows a deploy's build and then the deployment it
 // starts (its id derives from the build, its attempt and the environment).
-func (x *cmdCtx) awaitBuildDeploy(cl *client.Client, a address, env string, b query.Build) error {
+func (x *cmdCtx) awaitBuildDeploy(cl *client.Client, a address, env string, b api.Build) error {
 	ctx := x.Context.Context
 	timeout := x.Duration("timeout")
 	start := time.Now()
@@ -311,7 +310,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			var v httpapi.TrackingView
+			var v api.TrackingView
 			return x.read(&v, func(ctx context.Context) (err error) {
 				v, err = cl.Track(ctx, a.Org, a.Project, a.Env, a.Service, x.String("branch"), x.Bool("none"))
 				return
@@ -359,7 +358,7 @@ Example:
 						return nil
 					})
 				}
-				var s httpapi.WebhookSecret
+				var s api.WebhookSecret
 				return x.read(&s, func(ctx context.Context) (err error) { s, err = cl.RotateWebhook(ctx, a.Org, a.Project); return }, func() error {
 					x.printf("URL     %s\nSecret  %s\n", s.URL, s.Secret)
 					x.printf("The secret is shown this once. Content type: application/json; events: push.\n")
@@ -385,7 +384,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var ds []query.Delivery
+				var ds []api.Delivery
 				return x.read(&ds, func(ctx context.Context) (err error) {
 					ds, err = cl.Deliveries(ctx, a.Org, a.Project, x.Int("limit"))
 					return

@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -40,9 +40,9 @@ func TestBuildCommands(t *testing.T) {
 	require.Contains(t, out, "https://github.com/acme/web.git#main")
 	listed := c.ok("service", "list", "acme/shop", "-o", "json")
 	require.NotContains(t, listed, token, "the token is never shown")
-	var ss []query.Service
+	var ss []api.Service
 	c.json(&ss, "service", "list", "acme/shop")
-	require.Equal(t, &query.CredentialInfo{Kind: "token", Username: "ci"}, ss[0].Source.Credential)
+	require.Equal(t, &api.CredentialInfo{Kind: "token", Username: "ci"}, ss[0].Source.Credential)
 	require.Equal(t, "docker/Dockerfile", ss[0].Source.Dockerfile)
 	require.Contains(t, c.fails("service", "create", "acme/shop/bad", "--git", "https://x/y", "--branch", "main", "--git-user", "u"), "--git-user goes with --git-token-stdin")
 
@@ -78,7 +78,7 @@ func TestBuildCommands(t *testing.T) {
 	commit := strings.Repeat("ab", 20)
 	out = c.ok("deploy", "acme/shop/staging/web", "--commit", commit)
 	require.Contains(t, out, "Building "+commit[:12])
-	var bs []query.Build
+	var bs []api.Build
 	c.json(&bs, "builds", "list", "acme/shop", "--service", "web")
 	require.Len(t, bs, 1)
 	require.Equal(t, commit, bs[0].Commit)

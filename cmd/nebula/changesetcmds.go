@@ -8,13 +8,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 func changesetCommand() *cli.Command {
-	decided := func(x *cmdCtx, cs query.ChangeSet) error {
+	decided := func(x *cmdCtx, cs api.ChangeSet) error {
 		x.printf("Change set %s is %s.\n", cs.ID, cs.Status)
 		return nil
 	}
@@ -32,7 +31,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var cs []query.ChangeSet
+				var cs []api.ChangeSet
 				return x.read(&cs, func(ctx context.Context) (err error) {
 					cs, err = cl.ChangeSets(ctx, a.Org, a.Project, a.Env, x.String("status"))
 					return
@@ -76,7 +75,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var cs httpapi.ChangeSetView
+				var cs api.ChangeSetView
 				return x.read(&cs, func(ctx context.Context) (err error) {
 					cs, err = cl.ChangeSet(ctx, a.Org, a.Project, a.Env, x.args[1])
 					return
@@ -111,7 +110,7 @@ Example:
 					}
 					version = cur.Version
 				}
-				var cs query.ChangeSet
+				var cs api.ChangeSet
 				err = x.read(&cs, func(ctx context.Context) (err error) {
 					cs, err = cl.ApproveChangeSet(ctx, a.Org, a.Project, a.Env, id, version)
 					return
@@ -135,7 +134,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var cs query.ChangeSet
+				var cs api.ChangeSet
 				return x.read(&cs, func(ctx context.Context) (err error) {
 					cs, err = cl.RejectChangeSet(ctx, a.Org, a.Project, a.Env, x.args[1], x.String("reason"))
 					return
@@ -146,7 +145,7 @@ Example:
 }
 
 // printChangeSet prints a change set and its diff.
-func (x *cmdCtx) printChangeSet(cl *client.Client, a address, cs httpapi.ChangeSetView) {
+func (x *cmdCtx) printChangeSet(cl *client.Client, a address, cs api.ChangeSetView) {
 	people := map[string]string{}
 	if ms, err := cl.Members(x.Context.Context, a.Org); err == nil {
 		for _, m := range ms {
@@ -182,9 +181,9 @@ func (x *cmdCtx) printChangeSet(cl *client.Client, a address, cs httpapi.ChangeS
 // diffMark marks a change as adding (+), removing (-) or changing (~).
 func diffMark(kind string) string {
 	switch kind {
-	case query.DiffUnsetVariable, query.DiffRemoveDomain:
+	case api.DiffUnsetVariable, api.DiffRemoveDomain:
 		return "-"
-	case query.DiffAddDomain:
+	case api.DiffAddDomain:
 		return "+"
 	}
 	return "~"

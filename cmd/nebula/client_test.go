@@ -16,14 +16,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/lockedbuf"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
-	"github.com/nebulactrl/nebulactrl/projections"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -204,7 +203,7 @@ func TestClientCommands(t *testing.T) {
 
 	// --- organisations, clusters, projects, environments, services
 	require.Contains(t, c.ok("org", "create", "beta"), "Created organisation beta")
-	var orgs []query.Organisation
+	var orgs []api.Organisation
 	c.json(&orgs, "org", "list")
 	require.Len(t, orgs, 2)
 	require.Regexp(t, `(?m)^acme\s+owner`, c.ok("org", "list"))
@@ -216,7 +215,7 @@ func TestClientCommands(t *testing.T) {
 	require.Regexp(t, `(?m)^eu-1\s+Disconnected\s+-\s+0\s+-\s`, c.ok("cluster", "list", "acme"))
 	out = c.ok("cluster", "token", "create", "acme/eu-1", "--expires-in-hours", "2")
 	require.Regexp(t, tokenRE, out)
-	var joinTokens []query.JoinToken
+	var joinTokens []api.JoinToken
 	c.json(&joinTokens, "cluster", "token", "list", "acme/eu-1")
 	require.Len(t, joinTokens, 2)
 	require.Contains(t, c.ok("cluster", "token", "revoke", "acme/eu-1", joinTokens[0].ID, "--yes"), "Revoked join token")
@@ -227,7 +226,7 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, c.ok("env", "create", "acme/shop/staging", "--cluster", "eu-1"), "Created environment acme/shop/staging on cluster eu-1")
 	// Flags may come before the arguments too.
 	require.Contains(t, c.ok("env", "create", "--protected", "--cluster", "eu-1", "acme/shop/production"), "protected")
-	var envs []query.Environment
+	var envs []api.Environment
 	c.json(&envs, "env", "list", "acme/shop")
 	require.Len(t, envs, 2)
 	require.Equal(t, "production", envs[0].Name)
@@ -243,7 +242,7 @@ func TestClientCommands(t *testing.T) {
 	out = c.ok("service", "list", "acme/shop")
 	require.Regexp(t, `(?m)^api\s+`+regexp.QuoteMeta(image)+`\s+web:8080 x2`, out)
 	require.Regexp(t, `(?m)^worker\s+https://github.com/acme/worker#main`, out)
-	var services []query.Service
+	var services []api.Service
 	c.json(&services, "service", "list", "acme/shop")
 	require.Len(t, services, 3)
 
@@ -258,7 +257,7 @@ func TestClientCommands(t *testing.T) {
 	require.Regexp(t, `(?m)^STRIPE_KEY\s+\(secret\)\s+service`, out)
 	require.Regexp(t, `(?m)^DB_HOST\s+\$\{\{ db\.HOST \}\}\s+service`, out)
 	require.Regexp(t, `(?m)^REGION\s+eu\s+environment`, out)
-	var vars []query.Variable
+	var vars []api.Variable
 	c.json(&vars, "var", "list", "acme/shop/staging/api")
 	require.Len(t, vars, 4)
 	for _, v := range vars {
@@ -276,7 +275,7 @@ func TestClientCommands(t *testing.T) {
 	// --- domains
 	require.Contains(t, c.ok("domain", "add", "acme/shop/staging/api", "api.staging.example.com"), "Routed api.staging.example.com")
 	require.Regexp(t, `(?m)^api\.staging\.example\.com\s+api\s`, c.ok("domain", "list", "acme/shop/staging"))
-	var domains []query.Domain
+	var domains []api.Domain
 	c.json(&domains, "domain", "list", "acme/shop/staging/api")
 	require.Len(t, domains, 1)
 	c.ok("domain", "add", "acme/shop/staging/db", "db.staging.example.com")
@@ -287,7 +286,7 @@ func TestClientCommands(t *testing.T) {
 	out = c.ok("deploy", "acme/shop/staging/api")
 	require.Contains(t, out, "release 1")
 	require.Contains(t, out, regHost+"/api@sha256:", "the tag is pinned to its digest")
-	var rels []query.Release
+	var rels []api.Release
 	c.json(&rels, "releases", "acme/shop/staging/api")
 	require.Len(t, rels, 1)
 	require.Contains(t, rels[0].Image, "@sha256:")
@@ -307,13 +306,13 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, out, "Rolling acme/shop/staging/api back to release 1")
 	require.Contains(t, out, "follow it with: nebula deployments watch acme/shop/staging/api ")
 	require.Contains(t, c.fails("rollback", "acme/shop/staging/api"), "--release N")
-	var deps []query.Deployment
+	var deps []api.Deployment
 	c.json(&deps, "deployments", "acme/shop/staging/api")
 	require.Len(t, deps, 3)
 	require.Regexp(t, `(?m)^ID\s+RELEASE\s+STATUS`, c.ok("deployments", "acme/shop/staging/api", "--limit", "2"))
 
 	// --- the desired state
-	var rev projections.Revision
+	var rev api.Revision
 	c.json(&rev, "state", "acme/shop/staging")
 	require.Equal(t, "staging", rev.Document.Environment.Name)
 	found := false
@@ -337,7 +336,7 @@ func TestClientCommands(t *testing.T) {
 	// --- a protected environment: changes wait for someone else's approval
 	out = c.waits("", "deploy", "acme/shop/production/api")
 	require.Contains(t, out, "waits in change set")
-	var sets []query.ChangeSet
+	var sets []api.ChangeSet
 	c.json(&sets, "changeset", "list", "acme/shop/production")
 	require.Len(t, sets, 1)
 	require.Equal(t, "open", sets[0].Status)
@@ -358,7 +357,7 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, out, "~ set STRIPE_KEY (secret) on api: ********")
 	require.NotContains(t, out, secret)
 	require.Contains(t, out, "nebula changeset approve acme/shop/production "+sets[0].ID+" --version 3")
-	var view httpapi.ChangeSetView
+	var view api.ChangeSetView
 	c.json(&view, "changeset", "show", "acme/shop/production", sets[0].ID)
 	require.Equal(t, 3, view.Version)
 	require.Len(t, view.Diff, 3)
@@ -411,11 +410,11 @@ func TestClientCommands(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.out), "\n")
 	require.Greater(t, len(lines), 10)
 	for _, l := range lines {
-		var e query.AuditEntry
+		var e api.AuditEntry
 		require.NoError(t, json.Unmarshal([]byte(l), &e), l)
 		require.NotZero(t, e.Seq)
 	}
-	var entries []query.AuditEntry
+	var entries []api.AuditEntry
 	r = a.runWith(runAudit, "", "audit", "--org", "acme", "--json", "--since", "1h")
 	require.NoError(t, r.failed, r.err)
 	require.NoError(t, json.Unmarshal([]byte(r.out), &entries), "audit --json prints one array:\n%s", r.out)
@@ -458,7 +457,7 @@ func TestClientCommands(t *testing.T) {
 	require.NotEmpty(t, ciToken, out)
 	require.Contains(t, out, "shown only this once")
 	require.Regexp(t, `(?m)^\S+\s+ci\s+projects:read\s`, c.ok("token", "list"))
-	var toks []query.Token
+	var toks []api.Token
 	c.json(&toks, "token", "list")
 	var ciID string
 	for _, tk := range toks {
@@ -482,7 +481,7 @@ func TestClientCommands(t *testing.T) {
 	// --- instance settings
 	require.Contains(t, c.ok("settings", "get"), "agent auto-upgrade: on")
 	require.Contains(t, c.ok("settings", "set", "--agent-auto-upgrade=false"), "agent auto-upgrade: off")
-	var settings query.InstanceSettings
+	var settings api.InstanceSettings
 	c.json(&settings, "settings", "get")
 	require.False(t, settings.AgentAutoUpgrade)
 	require.Contains(t, c.fails("settings", "set"), "nothing to set")

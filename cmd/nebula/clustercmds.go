@@ -9,9 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -19,16 +18,16 @@ import (
 // cluster, whether its agents are connected, and the agent versions its
 // servers run.
 type clusterView struct {
-	query.Cluster
-	Status   query.ClusterStatus `json:"status"`
-	Versions []string            `json:"versions"`
+	api.Cluster
+	Status   api.ClusterStatus `json:"status"`
+	Versions []string          `json:"versions"`
 }
 
 // serverView is a server as server list prints it, with its state:
 // Connected, Disconnected (no heartbeat for a minute, or never connected)
 // or Revoked.
 type serverView struct {
-	query.Server
+	api.Server
 	State string `json:"state"`
 }
 
@@ -37,15 +36,15 @@ const (
 	serverRevoked = "Revoked"
 )
 
-func viewServers(ss []query.Server, now time.Time) []serverView {
+func viewServers(ss []api.Server, now time.Time) []serverView {
 	out := make([]serverView, 0, len(ss))
 	for _, s := range ss {
-		st := query.StateDisconnected
+		st := api.StateDisconnected
 		switch {
 		case s.RevokedAt != nil:
 			st = serverRevoked
 		case s.Connected && s.LastHeartbeatAt != nil && now.Sub(*s.LastHeartbeatAt) < transport.DisconnectedAfter:
-			st = query.StateConnected
+			st = api.StateConnected
 		}
 		out = append(out, serverView{Server: s, State: st})
 	}
@@ -53,7 +52,7 @@ func viewServers(ss []query.Server, now time.Time) []serverView {
 }
 
 // versions lists the agent versions of the servers in force, each once.
-func versions(ss []query.Server) []string {
+func versions(ss []api.Server) []string {
 	out := []string{}
 	for _, s := range ss {
 		if s.RevokedAt == nil && s.Version != "" && !slices.Contains(out, s.Version) {
@@ -254,7 +253,7 @@ Example:
 }
 
 func clusterCommand() *cli.Command {
-	joinToken := func(x *cmdCtx, t httpapi.CreatedJoinToken) {
+	joinToken := func(x *cmdCtx, t api.CreatedJoinToken) {
 		x.printf("\nJoin token (valid until %s):\n\n    %s\n\n", at(t.ExpiresAt), t.Token)
 		x.printf("It is shown only this once: keep it until the server is installed. A server joins\nthe cluster with it; revoke it with nebula cluster token revoke when no longer needed.\n")
 	}
@@ -275,9 +274,9 @@ Example:
 				if err != nil {
 					return err
 				}
-				var res httpapi.ClusterResponse
+				var res api.ClusterResponse
 				return x.read(&res, func(ctx context.Context) (err error) {
-					res, err = cl.CreateCluster(ctx, a.Org, httpapi.CreateClusterRequest{Name: a.Cluster, ExpiresInHours: x.Int("expires-in-hours")})
+					res, err = cl.CreateCluster(ctx, a.Org, api.CreateClusterRequest{Name: a.Cluster, ExpiresInHours: x.Int("expires-in-hours")})
 					return
 				}, func() error {
 					x.printf("Created cluster %s.\n", a)
@@ -306,9 +305,9 @@ Example:
 					if err != nil {
 						return err
 					}
-					var t httpapi.CreatedJoinToken
+					var t api.CreatedJoinToken
 					return x.read(&t, func(ctx context.Context) (err error) {
-						t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, httpapi.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
+						t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, api.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
 						return
 					}, func() error {
 						x.printf("Issued join token %s for %s.\n", t.ID, a)
@@ -329,7 +328,7 @@ Example:
 					if err != nil {
 						return err
 					}
-					var ts []query.JoinToken
+					var ts []api.JoinToken
 					return x.read(&ts, func(ctx context.Context) (err error) { ts, err = cl.JoinTokens(ctx, a.Org, a.Cluster); return }, func() error {
 						var rows [][]string
 						for _, t := range ts {

@@ -6,13 +6,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // printDeploy tells what a deploy or rollback started.
-func (x *cmdCtx) printDeploy(a address, res httpapi.DeployResponse) error {
+func (x *cmdCtx) printDeploy(a address, res api.DeployResponse) error {
 	if res.ChangeSet != nil {
 		x.changeSetNote(a, res.ChangeSet)
 		return nil
@@ -34,7 +33,7 @@ func (x *cmdCtx) printDeploy(a address, res httpapi.DeployResponse) error {
 // waitsForApproval says that a change to a protected environment waits in a
 // change set for someone else, and how they approve it; it exits with the
 // waiting-for-approval code.
-func (x *cmdCtx) waitsForApproval(cl *client.Client, what, org, project string, cs *query.ChangeSet) error {
+func (x *cmdCtx) waitsForApproval(cl *client.Client, what, org, project string, cs *api.ChangeSet) error {
 	env := cs.EnvironmentID
 	if envs, err := cl.Environments(x.Context.Context, org, project); err == nil {
 		for _, e := range envs {
@@ -53,12 +52,12 @@ func (x *cmdCtx) waitsForApproval(cl *client.Client, what, org, project string, 
 // whether the deployment started or waits in a change set of a protected
 // environment (status waiting-for-approval, exit code 6).
 type deployOutcome struct {
-	Status     string            `json:"status"`
-	Deployment *query.Deployment `json:"deployment"`
-	Release    *query.Release    `json:"release"`
-	ChangeSet  *query.ChangeSet  `json:"changeSet"`
+	Status     string          `json:"status"`
+	Deployment *api.Deployment `json:"deployment"`
+	Release    *api.Release    `json:"release"`
+	ChangeSet  *api.ChangeSet  `json:"changeSet"`
 	// Build is what a Git service's deploy builds first (status building).
-	Build *query.Build `json:"build,omitempty"`
+	Build *api.Build `json:"build,omitempty"`
 }
 
 // Deploy statuses besides statusWaiting.
@@ -69,7 +68,7 @@ const (
 
 // deployed prints what a deploy or rollback started (or that it waits for
 // approval) and follows it with --wait.
-func (x *cmdCtx) deployed(cl *client.Client, a address, res httpapi.DeployResponse) error {
+func (x *cmdCtx) deployed(cl *client.Client, a address, res api.DeployResponse) error {
 	if x.machine() {
 		out := deployOutcome{Status: statusStarted, Deployment: res.Deployment, Release: res.Release, ChangeSet: res.ChangeSet}
 		if res.ChangeSet != nil {
@@ -89,7 +88,7 @@ func (x *cmdCtx) deployed(cl *client.Client, a address, res httpapi.DeployRespon
 
 // building says what a Git service's deploy started (a build) and, with
 // --wait, follows it and then its deployment.
-func (x *cmdCtx) building(cl *client.Client, a address, b query.Build) error {
+func (x *cmdCtx) building(cl *client.Client, a address, b api.Build) error {
 	if x.machine() {
 		if err := x.emit(deployOutcome{Status: statusBuilding, Build: &b}); err != nil {
 			return err
@@ -109,7 +108,7 @@ func (x *cmdCtx) building(cl *client.Client, a address, b query.Build) error {
 
 // afterDeploy follows what a deploy or rollback started when --wait asks for
 // it; without --wait, a deployment that waits for approval exits with 6.
-func (x *cmdCtx) afterDeploy(cl *client.Client, a address, res httpapi.DeployResponse) error {
+func (x *cmdCtx) afterDeploy(cl *client.Client, a address, res api.DeployResponse) error {
 	if res.ChangeSet != nil {
 		// What waits, and how to approve it, is printed already.
 		return exitError{exitApproval, fmt.Errorf("the deployment waits for approval in change set %s", res.ChangeSet.ID)}
@@ -156,7 +155,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			res, err := cl.DeployWith(x.Context.Context, a.Org, a.Project, a.Env, a.Service, httpapi.DeployRequest{Image: x.String("image"), Commit: x.String("commit")})
+			res, err := cl.DeployWith(x.Context.Context, a.Org, a.Project, a.Env, a.Service, api.DeployRequest{Image: x.String("image"), Commit: x.String("commit")})
 			if err != nil {
 				return err
 			}

@@ -8,9 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 func releasesCommand() *cli.Command {
@@ -27,7 +26,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			var rs []query.Release
+			var rs []api.Release
 			return x.read(&rs, func(ctx context.Context) (err error) {
 				rs, err = cl.Releases(ctx, a.Org, a.Project, a.Env, a.Service)
 				return
@@ -65,7 +64,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			var ds []httpapi.DeploymentView
+			var ds []api.DeploymentView
 			return x.read(&ds, func(ctx context.Context) (err error) {
 				ds, err = cl.Deployments(ctx, a.Org, a.Project, a.Env, a.Service, x.Int("limit"))
 				return
@@ -148,7 +147,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var d httpapi.DeploymentDetail
+				var d api.DeploymentDetail
 				return x.read(&d, func(ctx context.Context) (err error) {
 					d, err = cl.Deployment(ctx, a.Org, a.Project, a.Env, a.Service, id)
 					return
@@ -191,7 +190,7 @@ Example:
 }
 
 // pods writes a deployment's pods ready of desired.
-func pods(d query.Deployment) string {
+func pods(d api.Deployment) string {
 	if d.Desired == 0 {
 		return "-"
 	}
@@ -199,7 +198,7 @@ func pods(d query.Deployment) string {
 }
 
 // holdUps writes what holds a deployment up: stalled, and its blockers.
-func holdUps(d httpapi.DeploymentView) string {
+func holdUps(d api.DeploymentView) string {
 	var out []string
 	if d.Stalled {
 		out = append(out, "stalled")
@@ -212,7 +211,7 @@ func holdUps(d httpapi.DeploymentView) string {
 }
 
 // pausedNote says that a service's automatic deploys are paused.
-func pausedNote(a address, p *query.DeployPause) string {
+func pausedNote(a address, p *api.DeployPause) string {
 	return fmt.Sprintf("Automatic deploys of %s are paused since %s by %s: %s\nResume them with: nebula service resume-deploys %s",
 		a, when(p.PausedAt), cell(p.PausedBy), cell(p.Reason), a)
 }

@@ -5,16 +5,16 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // domainOutcome is what domain add prints with -o json: the same shape
 // whether the host is routed or the change waits in a change set.
 type domainOutcome struct {
-	Status    string           `json:"status"`
-	Domain    *query.Domain    `json:"domain"`
-	ChangeSet *query.ChangeSet `json:"changeSet"`
+	Status    string         `json:"status"`
+	Domain    *api.Domain    `json:"domain"`
+	ChangeSet *api.ChangeSet `json:"changeSet"`
 }
 
 func domainCommand() *cli.Command {
@@ -94,7 +94,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var ds []query.Domain
+				var ds []api.Domain
 				return x.read(&ds, func(ctx context.Context) (err error) {
 					ds, err = cl.Domains(ctx, a.Org, a.Project, a.Env, a.Service)
 					return

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/urfave/cli/v2"
-
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 func envCommand() *cli.Command {
@@ -38,9 +36,9 @@ Example:
 				if err != nil {
 					return err
 				}
-				var e query.Environment
+				var e api.Environment
 				return x.read(&e, func(ctx context.Context) (err error) {
-					e, err = cl.CreateEnvironment(ctx, a.Org, a.Project, httpapi.CreateEnvironmentRequest{Name: a.Env, Cluster: x.String("cluster"), Protected: x.Bool("protected")})
+					e, err = cl.CreateEnvironment(ctx, a.Org, a.Project, api.CreateEnvironmentRequest{Name: a.Env, Cluster: x.String("cluster"), Protected: x.Bool("protected")})
 					return
 				}, func() error {
 					prot := ""
@@ -64,7 +62,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var es []query.Environment
+				var es []api.Environment
 				return x.read(&es, func(ctx context.Context) (err error) { es, err = cl.Environments(ctx, a.Org, a.Project); return }, func() error {
 					var rows [][]string
 					for _, e := range es {
@@ -95,7 +93,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var req httpapi.UpdateEnvironmentRequest
+				var req api.UpdateEnvironmentRequest
 				if x.IsSet("cluster") {
 					c := x.String("cluster")
 					req.Cluster = &c
@@ -174,9 +172,9 @@ Example:
 // envUpdate is what env update prints with -o json: the same shape whether
 // the change is done or waits in a change set.
 type envUpdate struct {
-	Status      string             `json:"status"`
-	Environment *query.Environment `json:"environment"`
-	ChangeSet   *query.ChangeSet   `json:"changeSet"`
+	Status      string           `json:"status"`
+	Environment *api.Environment `json:"environment"`
+	ChangeSet   *api.ChangeSet   `json:"changeSet"`
 }
 
 func yesNo(b bool) string {

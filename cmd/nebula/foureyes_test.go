@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -33,7 +33,7 @@ func TestDeletesOfProtectedThingsWaitForApproval(t *testing.T) {
 	// api runs in production once someone else approved its deploy.
 	cl, err := client.New(srv.URL, token)
 	require.NoError(t, err)
-	_, err = cl.CreateUser(t.Context(), httpapi.CreateUserRequest{Email: "bob@example.com", Password: "correct horse battery staple"})
+	_, err = cl.CreateUser(t.Context(), api.CreateUserRequest{Email: "bob@example.com", Password: "correct horse battery staple"})
 	require.NoError(t, err)
 	_, err = cl.AddMember(t.Context(), "acme", "bob@example.com", "admin")
 	require.NoError(t, err)

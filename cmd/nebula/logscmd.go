@@ -3,9 +3,8 @@ package main
 import (
 	"time"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/urfave/cli/v2"
-
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 )
 
 func logsCommand() *cli.Command {
@@ -36,7 +35,7 @@ Example:
 			}
 			lines := format == outJSONL || (follow && format == outJSON)
 			var cursor string
-			print := func(p httpapi.LogPage) error {
+			print := func(p api.LogPage) error {
 				cursor = p.Next
 				if lines {
 					return emitTo(x.out, outJSONL, p.Items)

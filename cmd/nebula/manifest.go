@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 )
 
@@ -117,9 +117,9 @@ Example:
 				x.warnf("The output holds no join token. Before the agent starts, put one in %s:\n    nebula cluster token create %s\n    %s\n", where, a, command)
 				return nil
 			}
-			var t httpapi.CreatedJoinToken
+			var t api.CreatedJoinToken
 			return x.read(&t, func(ctx context.Context) (err error) {
-				t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, httpapi.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
+				t, err = cl.CreateJoinToken(ctx, a.Org, a.Cluster, api.JoinTokenRequest{ExpiresInHours: x.Int("expires-in-hours")})
 				return
 			}, func() error {
 				opts.JoinToken = t.Token

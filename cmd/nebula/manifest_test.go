@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -29,7 +29,7 @@ func TestClusterManifestCommand(t *testing.T) {
 	c := cliRun{t: t}
 	c.ok("cluster", "create", "acme/eu-1")
 	tokens := func() int {
-		var ts []query.JoinToken
+		var ts []api.JoinToken
 		c.json(&ts, "cluster", "token", "list", "acme/eu-1")
 		return len(ts)
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 func orgCommand() *cli.Command {
@@ -26,7 +26,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var o query.Organisation
+				var o api.Organisation
 				return x.read(&o, func(ctx context.Context) (err error) { o, err = cl.CreateOrganisation(ctx, a.Org); return }, func() error {
 					x.printf("Created organisation %s; you own it.\n", o.Name)
 					return nil
@@ -45,7 +45,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var orgs []query.Organisation
+				var orgs []api.Organisation
 				return x.read(&orgs, func(ctx context.Context) (err error) { orgs, err = cl.Organisations(ctx); return }, func() error {
 					var rows [][]string
 					for _, o := range orgs {
@@ -76,7 +76,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var m query.Member
+				var m api.Member
 				err = x.read(&m, func(ctx context.Context) (err error) {
 					m, err = cl.AddMember(ctx, a.Org, x.args[1], x.String("role"))
 					return
@@ -102,7 +102,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var ms []query.Member
+				var ms []api.Member
 				return x.read(&ms, func(ctx context.Context) (err error) { ms, err = cl.Members(ctx, a.Org); return }, func() error {
 					var rows [][]string
 					for _, m := range ms {
@@ -130,7 +130,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var m query.Member
+				var m api.Member
 				return x.read(&m, func(ctx context.Context) (err error) {
 					m, err = cl.ChangeMemberRole(ctx, a.Org, userID, x.args[2])
 					return

@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/eventstore"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -85,7 +85,7 @@ func TestParkedEventsThroughTheCLI(t *testing.T) {
 	// Not for an organisation's owner who is no instance administrator.
 	cl, err := client.New(srv.URL, token)
 	require.NoError(t, err)
-	_, err = cl.CreateUser(ctx, httpapi.CreateUserRequest{Email: "bob@example.com", Password: "correct horse battery staple"})
+	_, err = cl.CreateUser(ctx, api.CreateUserRequest{Email: "bob@example.com", Password: "correct horse battery staple"})
 	require.NoError(t, err)
 	anon, err := client.New(srv.URL, "")
 	require.NoError(t, err)
@@ -95,14 +95,14 @@ func TestParkedEventsThroughTheCLI(t *testing.T) {
 	require.NoError(t, err)
 	_, err = bob.ParkedEvents(ctx, "")
 	require.True(t, client.IsStatus(err, http.StatusForbidden), "%v", err)
-	_, err = bob.RetryParked(ctx, httpapi.RetryParkedRequest{All: true})
+	_, err = bob.RetryParked(ctx, api.RetryParkedRequest{All: true})
 	require.True(t, client.IsStatus(err, http.StatusForbidden), "%v", err)
 	// Bad requests change nothing.
-	_, err = cl.RetryParked(ctx, httpapi.RetryParkedRequest{})
+	_, err = cl.RetryParked(ctx, api.RetryParkedRequest{})
 	require.True(t, client.IsStatus(err, http.StatusUnprocessableEntity), "%v", err)
-	_, err = cl.RetryParked(ctx, httpapi.RetryParkedRequest{Position: 1, All: true})
+	_, err = cl.RetryParked(ctx, api.RetryParkedRequest{Position: 1, All: true})
 	require.True(t, client.IsStatus(err, http.StatusUnprocessableEntity), "%v", err)
-	_, err = cl.RetryParked(ctx, httpapi.RetryParkedRequest{Position: 1})
+	_, err = cl.RetryParked(ctx, api.RetryParkedRequest{Position: 1})
 	require.True(t, client.IsStatus(err, http.StatusNotFound), "%v", err)
 	r = c.run("", "audit", "retry")
 	require.Equal(t, 2, exitCode(r.failed), r.out+r.err)

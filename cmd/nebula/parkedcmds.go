@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/urfave/cli/v2"
-
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 )
 
 // parkedCommands are the operator's path for events a subscription could not
@@ -35,7 +34,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var out httpapi.ParkedEvents
+				var out api.ParkedEvents
 				err = x.read(&out, func(ctx context.Context) (err error) {
 					out, err = cl.ParkedEvents(ctx, x.String("subscription"))
 					return
@@ -79,7 +78,7 @@ Example:
 			},
 			json: true, nargs: -1,
 			run: func(x *cmdCtx) error {
-				req := httpapi.RetryParkedRequest{Subscription: x.String("subscription"), All: x.Bool("all")}
+				req := api.RetryParkedRequest{Subscription: x.String("subscription"), All: x.Bool("all")}
 				switch {
 				case req.All && len(x.args) == 0:
 				case !req.All && len(x.args) == 1:
@@ -95,7 +94,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var out httpapi.RetryParkedResponse
+				var out api.RetryParkedResponse
 				err = x.read(&out, func(ctx context.Context) (err error) {
 					out, err = cl.RetryParked(ctx, req)
 					return

@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/urfave/cli/v2"
-
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 func projectCommand() *cli.Command {
@@ -23,7 +22,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var p query.Project
+				var p api.Project
 				return x.read(&p, func(ctx context.Context) (err error) { p, err = cl.CreateProject(ctx, a.Org, a.Project); return }, func() error {
 					x.printf("Created project %s/%s.\n", a.Org, p.Name)
 					return nil
@@ -42,7 +41,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var ps []query.Project
+				var ps []api.Project
 				return x.read(&ps, func(ctx context.Context) (err error) { ps, err = cl.Projects(ctx, a.Org); return }, func() error {
 					var rows [][]string
 					for _, p := range ps {
@@ -92,12 +91,12 @@ const (
 )
 
 // waiting is the error of a change that waits in a change set: exit code 6.
-func waiting(cs *query.ChangeSet) error {
+func waiting(cs *api.ChangeSet) error {
 	return exitError{exitApproval, fmt.Errorf("the change waits for approval in change set %s (version %d)", cs.ID, cs.Version)}
 }
 
 // changeSetNote tells that a change waits in a change set.
-func (x *cmdCtx) changeSetNote(a address, cs *query.ChangeSet) {
+func (x *cmdCtx) changeSetNote(a address, cs *api.ChangeSet) {
 	env := address{Org: a.Org, Project: a.Project, Env: a.Env}
 	x.printf("%s is protected: the change waits in change set %s (version %d) for someone else's review and approval:\n\n    nebula changeset show %s %s\n    nebula changeset approve %s %s --version %d\n",
 		env, cs.ID, cs.Version, env, cs.ID, env, cs.ID, cs.Version)

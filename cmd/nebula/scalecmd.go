@@ -5,15 +5,15 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 // scaleOutcome is what service scale prints with -o json: the same shape
 // whether the change ran at once or waits for approval.
 type scaleOutcome struct {
-	Status    string                  `json:"status"`
-	Replicas  []query.ProcessReplicas `json:"replicas"`
-	ChangeSet *query.ChangeSet        `json:"changeSet"`
+	Status    string                `json:"status"`
+	Replicas  []api.ProcessReplicas `json:"replicas"`
+	ChangeSet *api.ChangeSet        `json:"changeSet"`
 }
 
 // parseScale reads "N" or "PROCESS=N".
@@ -64,7 +64,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			table := func(rs []query.ProcessReplicas) {
+			table := func(rs []api.ProcessReplicas) {
 				var rows [][]string
 				for _, r := range rs {
 					src := "service default"
@@ -76,7 +76,7 @@ Example:
 				x.table("PROCESS\tREPLICAS\tFROM", rows)
 			}
 			if n < 0 {
-				var rs []query.ProcessReplicas
+				var rs []api.ProcessReplicas
 				return x.read(&rs, func(ctx context.Context) (err error) {
 					rs, err = cl.Replicas(ctx, a.Org, a.Project, a.Env, a.Service)
 					return
@@ -88,7 +88,7 @@ Example:
 				out = scaleOutcome{Status: statusDone, Replicas: rs, ChangeSet: cs}
 				if cs != nil {
 					out.Status = statusWaiting
-					out.Replicas = []query.ProcessReplicas{}
+					out.Replicas = []api.ProcessReplicas{}
 				}
 				return err
 			}, func() error {

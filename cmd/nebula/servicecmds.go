@@ -10,9 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 // deadlineFlag is --progress-deadline.
@@ -22,7 +20,7 @@ func deadlineFlag() cli.Flag {
 }
 
 // deadline sets the request's progress deadline from --progress-deadline.
-func (x *cmdCtx) deadline(req *httpapi.ServiceRequest) error {
+func (x *cmdCtx) deadline(req *api.ServiceRequest) error {
 	if !x.IsSet("progress-deadline") {
 		return nil
 	}
@@ -74,7 +72,7 @@ service track).`,
 				if err != nil {
 					return err
 				}
-				req := httpapi.ServiceRequest{Name: a.Service, Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
+				req := api.ServiceRequest{Name: a.Service, Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
 				switch {
 				case req.Image != "" && req.GitURL != "":
 					return exitError{exitUsage, errors.New("give either --image or --git, not both")}
@@ -103,7 +101,7 @@ service track).`,
 				if err != nil {
 					return err
 				}
-				var s query.Service
+				var s api.Service
 				return x.read(&s, func(ctx context.Context) (err error) { s, err = cl.CreateService(ctx, a.Org, a.Project, req); return }, func() error {
 					x.printf("Created service %s (%s).\n", a, source(s.Source))
 					return nil
@@ -132,7 +130,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				req := httpapi.ServiceRequest{Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
+				req := api.ServiceRequest{Image: x.String("image"), GitURL: x.String("git"), GitBranch: x.String("branch")}
 				switch {
 				case req.Image != "" && req.GitURL != "":
 					return exitError{exitUsage, errors.New("give either --image or --git, not both")}
@@ -160,7 +158,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var s query.Service
+				var s api.Service
 				return x.read(&s, func(ctx context.Context) (err error) {
 					s, err = cl.UpdateService(ctx, a.Org, a.Project, a.Service, req)
 					return
@@ -183,7 +181,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var t httpapi.TargetView
+				var t api.TargetView
 				return x.read(&t, func(ctx context.Context) (err error) {
 					t, err = cl.ResumeDeploys(ctx, a.Org, a.Project, a.Env, a.Service)
 					return
@@ -208,7 +206,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var ss []query.Service
+				var ss []api.Service
 				return x.read(&ss, func(ctx context.Context) (err error) { ss, err = cl.Services(ctx, a.Org, a.Project); return }, func() error {
 					var rows [][]string
 					for _, s := range ss {
@@ -250,7 +248,7 @@ Example:
 	)
 }
 
-func source(s query.ServiceSource) string {
+func source(s api.ServiceSource) string {
 	if s.Image != "" {
 		return s.Image
 	}
@@ -260,7 +258,7 @@ func source(s query.ServiceSource) string {
 	return "-"
 }
 
-func processes(ps []domain.Process) string {
+func processes(ps []api.Process) string {
 	var out []string
 	for _, p := range ps {
 		s := p.Name

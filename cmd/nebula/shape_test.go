@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
@@ -130,7 +130,7 @@ func TestReadCommandShapes(t *testing.T) {
 	}
 
 	// --- the things to read
-	var created httpapi.ClusterResponse
+	var created api.ClusterResponse
 	require.NoError(t, json.Unmarshal([]byte(c.ok("cluster", "create", "acme/eu-1", "-o", "json")), &created))
 	require.NotNil(t, created.JoinToken)
 	c.ok("project", "create", "acme/shop")
@@ -274,7 +274,7 @@ func TestReadCommandShapes(t *testing.T) {
 	require.Equal(t, exitConflict, exitCode(r.failed), "a cluster that runs environments is not deleted: %s", r.err)
 	cl, err := client.New(srv.URL, adaToken)
 	require.NoError(t, err)
-	ci, err := cl.CreateToken(t.Context(), httpapi.CreateTokenRequest{Name: "reader", Scopes: []string{"projects:read"}})
+	ci, err := cl.CreateToken(t.Context(), api.CreateTokenRequest{Name: "reader", Scopes: []string{"projects:read"}})
 	require.NoError(t, err)
 	t.Setenv(envToken, ci.Secret)
 	r = c.run("", "project", "create", "acme/nope")
@@ -316,7 +316,7 @@ func TestReadCommandShapes(t *testing.T) {
 	// --- named contexts: two sign-ins, switched by flag, variable and use
 	c.okIn(password+"\n", "login", "--url", srv.URL, "--email", "grace@example.com", "--password-stdin", "--context", "grace")
 	whoami := func(args ...string) string {
-		var me httpapi.MeResponse
+		var me api.MeResponse
 		require.NoError(t, json.Unmarshal([]byte(c.ok(append([]string{"whoami", "-o", "json"}, args...)...)), &me))
 		return me.User.Email
 	}

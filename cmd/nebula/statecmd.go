@@ -5,8 +5,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/projections"
 )
 
 func stateCommand() *cli.Command {
@@ -59,7 +59,7 @@ Example:
 	}.command()
 }
 
-func (x *cmdCtx) printSummary(rev projections.Revision) {
+func (x *cmdCtx) printSummary(rev api.Revision) {
 	d := rev.Document
 	x.printf("%s/%s/%s revision %d (compiled %s, hash %s)\n\n", d.Environment.Org, d.Environment.Project, d.Environment.Name,
 		rev.Number, when(rev.CompiledAt), rev.Hash)

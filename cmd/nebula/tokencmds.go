@@ -7,23 +7,18 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
-func joinScopes(s []domain.Scope) string {
+func joinScopes(s []string) string {
 	if len(s) == 0 {
 		return "(none)"
 	}
-	if len(s) == len(domain.Scopes) && !slices.ContainsFunc(domain.Scopes, func(d domain.Scope) bool { return !slices.Contains(s, d) }) {
+	if len(s) == len(domain.Scopes) && !slices.ContainsFunc(domain.Scopes, func(d domain.Scope) bool { return !slices.Contains(s, string(d)) }) {
 		return "(all)"
 	}
-	out := make([]string, len(s))
-	for i, v := range s {
-		out[i] = string(v)
-	}
-	return strings.Join(out, ",")
+	return strings.Join(s, ",")
 }
 
 func tokenCommand() *cli.Command {
@@ -52,9 +47,9 @@ Example:
 				if err != nil {
 					return err
 				}
-				var t httpapi.CreatedToken
+				var t api.CreatedToken
 				return x.read(&t, func(ctx context.Context) (err error) {
-					t, err = cl.CreateToken(ctx, httpapi.CreateTokenRequest{Name: x.args[0], Scopes: x.StringSlice("scope"), ExpiresInDays: x.Int("expires-in-days")})
+					t, err = cl.CreateToken(ctx, api.CreateTokenRequest{Name: x.args[0], Scopes: x.StringSlice("scope"), ExpiresInDays: x.Int("expires-in-days")})
 					return
 				}, func() error {
 					x.printf("Created API token %s (id %s) with scopes %s", t.Name, t.ID, joinScopes(t.Scopes))
@@ -78,7 +73,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var toks []query.Token
+				var toks []api.Token
 				return x.read(&toks, func(ctx context.Context) (err error) { toks, err = cl.Tokens(ctx); return }, func() error {
 					var rows [][]string
 					for _, t := range toks {
@@ -127,7 +122,7 @@ Example:
 }
 
 func settingsCommand() *cli.Command {
-	show := func(x *cmdCtx, s query.InstanceSettings) error {
+	show := func(x *cmdCtx, s api.InstanceSettings) error {
 		on := "off"
 		if s.AgentAutoUpgrade {
 			on = "on"
@@ -148,7 +143,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var s query.InstanceSettings
+				var s api.InstanceSettings
 				return x.read(&s, func(ctx context.Context) (err error) { s, err = cl.Settings(ctx); return }, func() error { return show(x, s) })
 			},
 		}.command(),
@@ -169,9 +164,9 @@ Example:
 					return err
 				}
 				v := x.Bool("agent-auto-upgrade")
-				var s query.InstanceSettings
+				var s api.InstanceSettings
 				return x.read(&s, func(ctx context.Context) (err error) {
-					s, err = cl.UpdateSettings(ctx, httpapi.SettingsRequest{AgentAutoUpgrade: &v})
+					s, err = cl.UpdateSettings(ctx, api.SettingsRequest{AgentAutoUpgrade: &v})
 					return
 				}, func() error { return show(x, s) })
 			},
@@ -205,9 +200,9 @@ Example:
 				if err != nil {
 					return err
 				}
-				var u query.User
+				var u api.User
 				return x.read(&u, func(ctx context.Context) (err error) {
-					u, err = cl.CreateUser(ctx, httpapi.CreateUserRequest{Email: x.args[0], Name: x.String("name"), Password: pw, InstanceAdmin: x.Bool("admin")})
+					u, err = cl.CreateUser(ctx, api.CreateUserRequest{Email: x.args[0], Name: x.String("name"), Password: pw, InstanceAdmin: x.Bool("admin")})
 					return
 				}, func() error {
 					x.printf("Created user %s (id %s).\n", u.Email, u.ID)
@@ -227,7 +222,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var us []query.User
+				var us []api.User
 				return x.read(&us, func(ctx context.Context) (err error) { us, err = cl.Users(ctx); return }, func() error {
 					var rows [][]string
 					for _, u := range us {

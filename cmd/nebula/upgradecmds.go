@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/urfave/cli/v2"
-
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 const shapeServer = "ORG/CLUSTER/SERVER"
@@ -66,7 +64,7 @@ func upgradeAll(x *cmdCtx) error {
 	if err != nil {
 		return err
 	}
-	var out httpapi.RolloutAccepted
+	var out api.RolloutAccepted
 	return x.read(&out, func(ctx context.Context) (err error) { out, err = cl.UpgradeAgents(ctx, a.Org); return }, func() error {
 		x.printf("Upgrading the agents of %s to %s one at a time (rollout %s):\n", a.Org, out.Version, out.RolloutID)
 		for _, s := range out.Servers {
@@ -90,7 +88,7 @@ func upgradeOne(x *cmdCtx) error {
 	if err != nil {
 		return err
 	}
-	var out httpapi.UpgradeAccepted
+	var out api.UpgradeAccepted
 	return x.read(&out, func(ctx context.Context) error {
 		servers, err := cl.Servers(ctx, a.Org, a.Cluster)
 		if err != nil {
@@ -117,7 +115,7 @@ func upgradeOne(x *cmdCtx) error {
 
 // lastUpgradeCell is a server's last upgrade in a table: its state and
 // target version ("rolled_back 1.5.0"), or "-".
-func lastUpgradeCell(u *query.LastUpgrade) string {
+func lastUpgradeCell(u *api.LastUpgrade) string {
 	if u == nil {
 		return "-"
 	}

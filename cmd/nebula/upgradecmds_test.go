@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/agentbin"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
@@ -37,7 +37,7 @@ func TestServerUpgradeCommands(t *testing.T) {
 	c := cliRun{t: t}
 	c.ok("login", "--url", srv.URL, "--token", token, "--context", "main")
 	c.ok("settings", "set", "--agent-auto-upgrade=false")
-	var created httpapi.ClusterResponse
+	var created api.ClusterResponse
 	require.NoError(t, json.Unmarshal([]byte(c.ok("cluster", "create", "acme/eu-1", "-o", "json")), &created))
 
 	ctx, cancel := context.WithCancel(t.Context())

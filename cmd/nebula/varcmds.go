@@ -6,10 +6,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/urfave/cli/v2"
-
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // maxSecretBytes bounds a secret read from stdin: the API's limit of a
@@ -19,9 +17,9 @@ const maxSecretBytes = 64 << 10
 // varsOutcome is what var set prints with -o json: the same shape whether
 // the variables are set or the change waits in a change set.
 type varsOutcome struct {
-	Status    string           `json:"status"`
-	Variables []query.Variable `json:"variables"`
-	ChangeSet *query.ChangeSet `json:"changeSet"`
+	Status    string         `json:"status"`
+	Variables []api.Variable `json:"variables"`
+	ChangeSet *api.ChangeSet `json:"changeSet"`
 }
 
 func varCommand() *cli.Command {
@@ -49,14 +47,14 @@ Example:
 					return err
 				}
 				secret := x.Bool("secret")
-				var vars []httpapi.VariableInput
+				var vars []api.VariableInput
 				kvs := x.args[1:]
 				if k := kvs[0]; secret && len(kvs) == 1 && !strings.Contains(k, "=") {
 					v, err := x.secretValue(k)
 					if err != nil {
 						return err
 					}
-					vars = append(vars, httpapi.VariableInput{Name: k, Value: v, Secret: true})
+					vars = append(vars, api.VariableInput{Name: k, Value: v, Secret: true})
 				} else {
 					for _, kv := range kvs {
 						k, v, ok := strings.Cut(kv, "=")
@@ -67,14 +65,14 @@ Example:
 							}
 							return usagef("want KEY=VALUE, got %q%s", kv, hint)
 						}
-						vars = append(vars, httpapi.VariableInput{Name: k, Value: v, Secret: secret})
+						vars = append(vars, api.VariableInput{Name: k, Value: v, Secret: secret})
 					}
 				}
 				cl, err := x.client()
 				if err != nil {
 					return err
 				}
-				var res httpapi.VariablesResponse
+				var res api.VariablesResponse
 				var out varsOutcome
 				err = x.read(&out, func(ctx context.Context) (err error) {
 					res, err = cl.SetVariables(ctx, a.Org, a.Project, a.Env, a.Service, vars)
@@ -117,7 +115,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				var vs []query.Variable
+				var vs []api.Variable
 				return x.read(&vs, func(ctx context.Context) (err error) {
 					vs, err = cl.Variables(ctx, a.Org, a.Project, a.Env, a.Service)
 					return
@@ -154,7 +152,7 @@ Example:
 				if err := x.confirm("Unset " + strings.Join(x.args[1:], ", ") + " on " + a.String()); err != nil {
 					return err
 				}
-				var cs *query.ChangeSet
+				var cs *api.ChangeSet
 				for _, k := range x.args[1:] {
 					res, err := cl.UnsetVariable(x.Context.Context, a.Org, a.Project, a.Env, a.Service, k)
 					if err != nil {

@@ -13,9 +13,9 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 )
 
 // Exit codes of following a deployment (deploy --wait, rollback --wait,
@@ -97,7 +97,7 @@ type watcher struct {
 	stalled     bool
 	blockers    string
 	lastSeq     string
-	over        *httpapi.DeploymentView
+	over        *api.DeploymentView
 	drawn       bool
 	frame       int
 	reconnect   string
@@ -242,7 +242,7 @@ func (w *watcher) printJSON(e client.DeploymentEvent) {
 
 // deployment takes a snapshot: the first event, and the stall flag's and
 // blockers' changes.
-func (w *watcher) deployment(d httpapi.DeploymentView) *outcome {
+func (w *watcher) deployment(d api.DeploymentView) *outcome {
 	first := w.id == ""
 	w.id, w.requestedAt = d.ID, d.RequestedAt
 	if first {
@@ -282,7 +282,7 @@ func (w *watcher) flags(stalled bool, since *time.Time, blockers []string) {
 		switch {
 		case b == "":
 			w.say("no longer blocked")
-		case strings.Contains(b, httpapi.BlockerDelivery):
+		case strings.Contains(b, api.BlockerDelivery):
 			w.say("! blocked: delivery (the cluster is disconnected; the release is delivered when its agent connects)")
 		default:
 			w.say("! blocked: " + b)
@@ -290,7 +290,7 @@ func (w *watcher) flags(stalled bool, since *time.Time, blockers []string) {
 	}
 }
 
-func (w *watcher) stageEvent(s httpapi.DeploymentStageEvent) *outcome {
+func (w *watcher) stageEvent(s api.DeploymentStageEvent) *outcome {
 	if w.id == "" {
 		w.id = s.DeploymentID
 	}

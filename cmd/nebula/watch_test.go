@@ -18,12 +18,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -121,7 +120,7 @@ func TestWaitForDeployments(t *testing.T) {
 	c.ok("service", "create", "acme/shop/slow", "--image", image, "--progress-deadline", "1s")
 	require.Contains(t, c.fails("service", "update", "acme/shop/slow", "--progress-deadline", "1500ms"), "whole seconds")
 	require.Contains(t, c.ok("service", "update", "acme/shop/api", "--progress-deadline", "15m"), "progress deadline 15m0s")
-	var svc query.Service
+	var svc api.Service
 	c.json(&svc, "service", "update", "acme/shop/api", "--replicas", "2")
 	require.Equal(t, 900, svc.ProgressDeadlineSeconds, "what is not given stays")
 
@@ -226,7 +225,7 @@ func TestWaitForDeployments(t *testing.T) {
 	require.Contains(t, out, "Rolling acme/shop/staging/api back to release 1")
 	out = c.ok("deployments", "acme/shop/staging/api")
 	require.Contains(t, out, "Automatic deploys of acme/shop/staging/api are paused since")
-	var tv httpapi.TargetView
+	var tv api.TargetView
 	c.json(&tv, "service", "resume-deploys", "acme/shop/staging/api")
 	require.Nil(t, tv.DeploysPaused)
 	require.Contains(t, c.ok("service", "resume-deploys", "acme/shop/staging/api"), "are resumed")

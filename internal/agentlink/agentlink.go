@@ -1,8 +1,11 @@
-// Package agentlink connects the transport hub to the rest of the control
-// plane: agents register with a join token and authenticate with their own
-// credential, revisions are loaded and their secrets opened for delivery,
-// heartbeats and acknowledgements are kept as telemetry (not events), and
-// connects and disconnects are recorded for the audit log.
+// Package agentlink is the control plane's side of the agent link: it owns
+// the transport hub the agents are connected to and every delivery to them
+// (desired state, builds, agent upgrades). Agents register with a join token
+// and authenticate with their own credential, revisions are loaded and their
+// secrets opened for delivery, heartbeats and acknowledgements are kept as
+// telemetry (package telemetry, not events), what agents report becomes
+// commands, and connects and disconnects are recorded for the audit log. It
+// writes no SQL: it reads through projections and eventstore.
 package agentlink
 
 import (
@@ -18,11 +21,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/agentbin"
 	"github.com/nebulactrl/nebulactrl/internal/credential"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
@@ -52,14 +55,32 @@ type Config struct {
 	// Binaries are the agent binaries served at /agent/v1/download/<arch>
 	// (default agentbin.Embedded()).
 	Binaries agentbin.Source
+	// Deliveries open a deployment's stream for a stage report that came
+	// before the reactions delivered it (reactions.Deliveries); required.
+	Deliveries Deliveries
+	// Authenticated, when set, is told of each agent request whose
+	// credential was accepted (the access log names the server).
+	Authenticated func(r *http.Request, serverID string)
 }
 
-// Link implements the hub's callbacks.
+// Deliveries open deployments' streams: the reactions own that decision,
+// the link asks for it (reactions.Deliveries implements it).
+type Deliveries interface {
+	DeliverReported(ctx context.Context, orgID, clusterID, deploymentID string) error
+}
+
+// Link implements the hub's callbacks, and owns the hub.
 type Link struct {
 	cfg Config
+	// hub is the link's hub, made by New (its callbacks are the link's).
 	hub atomic.Pointer[transport.Hub]
-	// OnUpgradeResult is told of each agent's answer to an agent_upgrade
-	// (set it before the hub serves).
+	// stopHub closes the agents' connections (Close).
+	stopHub context.CancelFunc
+	// status keeps the connections and acknowledgements (Config.Telemetry,
+	// or a store of its own when there is none).
+	status *telemetry.Store
+	// OnUpgradeResult, when set, is also told of each agent's answer to an
+	// agent_upgrade, after the link recorded it (tests observe answers).
 	OnUpgradeResult func(ctx context.Context, serverID string, r transport.AgentUpgradeResult)
 	// builtSets are the sets of builds made for each cluster, by their key
 	// (DeliverBuilds' goroutine alone uses it): a set is made again, with
@@ -72,38 +93,41 @@ type Link struct {
 // control-plane replica: an agent_upgrade cannot reach it now.
 var ErrServerOffline = errors.New("the server is offline")
 
-// Attach gives the link the hub its agents are connected to (the hub is
-// made after the link: its callbacks are the link's).
-func (l *Link) Attach(h *transport.Hub) { l.hub.Store(h) }
-
 // SendUpgrade sends an agent_upgrade to a server connected to this replica;
 // ErrServerOffline when it is not. The agent answers with an
 // agent_upgrade_result (OnUpgradeResult) and, after restarting, with its
 // new version in its hello.
 func (l *Link) SendUpgrade(ctx context.Context, serverID string, u transport.AgentUpgrade) error {
-	h := l.hub.Load()
-	if h == nil {
-		return ErrServerOffline
-	}
-	err := h.SendUpgrade(ctx, serverID, u)
+	err := l.hub.Load().SendUpgrade(ctx, serverID, u)
 	if errors.Is(err, transport.ErrNotConnected) {
 		return fmt.Errorf("%w: %v", ErrServerOffline, err)
 	}
 	return err
 }
 
-// UpgradeResult hands an agent's agent_upgrade_result to OnUpgradeResult.
+// UpgradeResult records an agent's agent_upgrade_result as a command of
+// its server's stream (a failure ends the upgrade at once; success is the
+// agent connecting again with the new version), then tells
+// OnUpgradeResult.
 func (l *Link) UpgradeResult(ctx context.Context, p transport.Peer, r transport.AgentUpgradeResult) {
 	r.ID, r.Version, r.Error = truncateUTF8(r.ID, 100), truncateUTF8(r.Version, 64), truncateUTF8(r.Error, 1000)
+	if !r.OK && domain.ValidateID("upgrade", r.ID) == nil {
+		actor := domain.Actor{Kind: domain.ActorAgent, ID: p.ServerID, Name: p.Name}
+		_, err := l.cfg.Commands.Server(ctx, dispatch.Context{Actor: actor}, p.OrgID, p.ServerID, domain.ReportUpgradeResult{UpgradeID: r.ID,
+			Version: r.Version, OK: r.OK, Step: transport.StepName(r.Step), Error: r.Error})
+		if err != nil {
+			l.cfg.Logger.Warn("recording an upgrade result", "server", p.ServerID, "upgrade", r.ID, "err", err)
+		}
+	}
 	if l.OnUpgradeResult != nil {
 		l.OnUpgradeResult(ctx, p.ServerID, r)
 	}
 }
 
-// New returns a link.
+// New returns a link and its hub, which serves until Close.
 func New(cfg Config) (*Link, error) {
-	if cfg.Pool == nil || cfg.Commands == nil || cfg.Secrets == nil {
-		return nil, errors.New("agentlink: needs a database, a command handler and a secret opener")
+	if cfg.Pool == nil || cfg.Commands == nil || cfg.Secrets == nil || cfg.Deliveries == nil {
+		return nil, errors.New("agentlink: needs a database, a command handler, a secret opener and the deliveries")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -118,7 +142,14 @@ func New(cfg Config) (*Link, error) {
 		never := make(chan struct{})
 		cfg.Changed = func() <-chan struct{} { return never }
 	}
-	return &Link{cfg: cfg}, nil
+	l := &Link{cfg: cfg, status: cfg.Telemetry}
+	if l.status == nil {
+		l.status = telemetry.New(cfg.Pool, cfg.Now)
+	}
+	if err := l.makeHub(); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
@@ -147,10 +178,9 @@ func (l *Link) Register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "unauthorized", "the join token is malformed")
 		return
 	}
-	var clusterID, orgID, hash string
-	err = l.cfg.Pool.QueryRow(ctx, `SELECT cluster_id::text, org_id::text, token_hash FROM cluster_join_tokens WHERE id = $1`, tokenID).
-		Scan(&clusterID, &orgID, &hash)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !credential.Matches(hash, secret)) {
+	tok, found, err := projections.JoinTokenByID(ctx, l.cfg.Pool, tokenID)
+	clusterID, orgID := tok.ClusterID, tok.OrgID
+	if err == nil && (!found || !credential.Matches(tok.Hash, secret)) {
 		writeError(w, http.StatusUnauthorized, "unauthorized", "the join token is not valid")
 		return
 	}
@@ -206,26 +236,18 @@ func (l *Link) Authenticate(r *http.Request) (transport.Peer, error) {
 	if !ok {
 		return transport.Peer{}, errors.New("the credential is malformed")
 	}
-	var p transport.Peer
-	var hash string
-	var revoked bool
-	err := l.cfg.Pool.QueryRow(r.Context(), `SELECT s.id::text, s.cluster_id::text, s.org_id::text, s.name, s.credential_hash,
-			s.revoked_at IS NOT NULL OR c.id IS NULL OR c.deleted_at IS NOT NULL
-		FROM servers s LEFT JOIN clusters c ON c.id = s.cluster_id WHERE s.id = $1`, id).Scan(&p.ServerID, &p.ClusterID, &p.OrgID, &p.Name, &hash, &revoked)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return transport.Peer{}, errors.New("the credential is not valid")
-	}
+	sc, found, err := projections.ServerCredentialByID(r.Context(), l.cfg.Pool, id)
 	if err != nil {
 		l.cfg.Logger.Warn("checking an agent's credential", "err", err)
 		return transport.Peer{}, fmt.Errorf("%w: try again shortly", transport.ErrUnavailable)
 	}
-	if !credential.Matches(hash, secret) {
+	if !found || !credential.Matches(sc.Hash, secret) {
 		return transport.Peer{}, errors.New("the credential is not valid")
 	}
-	if revoked {
+	if sc.Revoked {
 		return transport.Peer{}, errors.New("the credential was revoked")
 	}
-	return p, nil
+	return transport.Peer{ServerID: sc.ServerID, ClusterID: sc.ClusterID, OrgID: sc.OrgID, Name: sc.Name}, nil
 }
 
 // Heads returns the latest revision of every environment of the clusters.
@@ -233,28 +255,25 @@ func (l *Link) Authenticate(r *http.Request) (transport.Peer, error) {
 // revision is in its stream the moment the projections commit it, a batch
 // before the table has it, and agents are waiting.
 func (l *Link) Heads(ctx context.Context, clusterIDs []string) (map[string][]transport.Head, error) {
-	rows, err := l.cfg.Pool.Query(ctx, `SELECT e.cluster_id::text, e.id::text,
-			(SELECT max(v.stream_version) FROM events v WHERE v.stream_id = 'revisions-' || e.id::text)
-		FROM environments e WHERE e.cluster_id = ANY($1::uuid[])`, clusterIDs)
+	envs, err := projections.EnvironmentsOnClusters(ctx, l.cfg.Pool, clusterIDs)
 	if err != nil {
 		return nil, fmt.Errorf("latest revisions: %w", err)
 	}
-	defer rows.Close()
-	out := map[string][]transport.Head{}
-	for rows.Next() {
-		var cluster string
-		var h transport.Head
-		var rev *int
-		if err := rows.Scan(&cluster, &h.EnvironmentID, &rev); err != nil {
-			return nil, err
-		}
-		if rev == nil {
-			continue
-		}
-		h.Revision = *rev
-		out[cluster] = append(out[cluster], h)
+	streams := make([]string, len(envs))
+	for i, e := range envs {
+		streams[i] = domain.RevisionStream(e.EnvironmentID)
 	}
-	return out, rows.Err()
+	versions, err := eventstore.StreamVersions(ctx, l.cfg.Pool, streams)
+	if err != nil {
+		return nil, fmt.Errorf("latest revisions: %w", err)
+	}
+	out := map[string][]transport.Head{}
+	for i, e := range envs {
+		if rev, ok := versions[streams[i]]; ok {
+			out[e.ClusterID] = append(out[e.ClusterID], transport.Head{EnvironmentID: e.EnvironmentID, Revision: rev})
+		}
+	}
+	return out, nil
 }
 
 // HeadsOf maps revisions (environment id -> revision) to their clusters.
@@ -263,20 +282,15 @@ func (l *Link) HeadsOf(ctx context.Context, revisions map[string]int) (map[strin
 	for id := range revisions {
 		ids = append(ids, id)
 	}
-	rows, err := l.cfg.Pool.Query(ctx, `SELECT id::text, cluster_id::text FROM environments WHERE id = ANY($1::uuid[])`, ids)
+	envs, err := projections.ClustersOfEnvironments(ctx, l.cfg.Pool, ids)
 	if err != nil {
 		return nil, fmt.Errorf("clusters of environments: %w", err)
 	}
-	defer rows.Close()
 	out := map[string][]transport.Head{}
-	for rows.Next() {
-		var env, cluster string
-		if err := rows.Scan(&env, &cluster); err != nil {
-			return nil, err
-		}
-		out[cluster] = append(out[cluster], transport.Head{EnvironmentID: env, Revision: revisions[env]})
+	for _, e := range envs {
+		out[e.ClusterID] = append(out[e.ClusterID], transport.Head{EnvironmentID: e.EnvironmentID, Revision: revisions[e.EnvironmentID]})
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Fetch loads a revision and opens its secrets for delivery. A secret that
@@ -321,14 +335,8 @@ func (l *Link) record(ctx context.Context, p transport.Peer, cmd domain.RecordCo
 
 // OnHello records the connection.
 func (l *Link) OnHello(ctx context.Context, p transport.Peer, h transport.Hello) {
-	now := l.cfg.Now().UTC()
-	facts, _ := json.Marshal(h.Facts)
-	if _, err := l.cfg.Pool.Exec(ctx, `INSERT INTO server_status (server_id, org_id, cluster_id, replica, version, arch, facts, leader, connected, connected_at, last_heartbeat_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, true, $9, $9)
-		ON CONFLICT (server_id) DO UPDATE SET replica = EXCLUDED.replica, version = EXCLUDED.version, arch = EXCLUDED.arch,
-			facts = EXCLUDED.facts, leader = EXCLUDED.leader, connected = true, connected_at = EXCLUDED.connected_at,
-			last_heartbeat_at = EXCLUDED.last_heartbeat_at`,
-		p.ServerID, p.OrgID, p.ClusterID, l.cfg.Replica, truncate(h.Version, 64), truncate(h.Arch, 16), facts, h.Facts.Leader, now); err != nil {
+	if err := l.status.SaveConnected(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, telemetry.Connection{ServerID: p.ServerID,
+		Replica: l.cfg.Replica, Version: truncate(h.Version, 64), Arch: truncate(h.Arch, 16), Facts: h.Facts, At: l.cfg.Now().UTC()}); err != nil {
 		l.cfg.Logger.Warn("recording an agent's hello", "server", p.Name, "err", err)
 	}
 	l.record(ctx, p, domain.RecordConnection{Connected: true, Version: truncateUTF8(h.Version, 64), Arch: truncateUTF8(h.Arch, 16),
@@ -337,8 +345,7 @@ func (l *Link) OnHello(ctx context.Context, p transport.Peer, h transport.Hello)
 
 // OnHeartbeat keeps the server's last-seen time: telemetry, not an event.
 func (l *Link) OnHeartbeat(ctx context.Context, p transport.Peer, h transport.Heartbeat) {
-	if _, err := l.cfg.Pool.Exec(ctx, `UPDATE server_status SET last_heartbeat_at = $2, leader = $3, connected = true WHERE server_id = $1`,
-		p.ServerID, l.cfg.Now().UTC(), h.Leader); err != nil {
+	if err := l.status.SaveHeartbeat(ctx, p.ServerID, h.Leader, l.cfg.Now().UTC()); err != nil {
 		l.cfg.Logger.Warn("recording a heartbeat", "server", p.Name, "err", err)
 	}
 }
@@ -348,12 +355,8 @@ func (l *Link) OnAck(ctx context.Context, p transport.Peer, a transport.Ack) {
 	if domain.ValidateID("environment", a.EnvironmentID) != nil {
 		return
 	}
-	services, _ := json.Marshal(a.Services)
-	if _, err := l.cfg.Pool.Exec(ctx, `INSERT INTO revision_acks (environment_id, server_id, org_id, revision, hash, ignored, services, acked_at)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM environments WHERE id = $1 AND cluster_id = $9)
-		ON CONFLICT (environment_id, server_id) DO UPDATE SET revision = EXCLUDED.revision, hash = EXCLUDED.hash,
-			ignored = EXCLUDED.ignored, services = EXCLUDED.services, acked_at = EXCLUDED.acked_at`,
-		a.EnvironmentID, p.ServerID, p.OrgID, a.Revision, truncate(a.Hash, 100), a.Ignored, services, l.cfg.Now().UTC(), p.ClusterID); err != nil {
+	a.Hash = truncate(a.Hash, 100)
+	if err := l.status.SaveAck(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, p.ServerID, a, l.cfg.Now().UTC()); err != nil {
 		l.cfg.Logger.Warn("recording an acknowledgement", "server", p.Name, "err", err)
 	}
 }
@@ -393,38 +396,15 @@ func (l *Link) OnStage(ctx context.Context, p transport.Peer, st transport.Stage
 	if errors.Is(err, domain.ErrNotFound) {
 		// The agent can be quicker than the reactions: it received the
 		// revision the moment it was compiled, and reports its first stage
-		// before the deployment's stream is open. Open it here, as the
-		// reactions would, and report again.
-		if err = l.deliver(ctx, p, st.DeploymentID); err == nil {
+		// before the deployment's stream is open. The reactions open it
+		// now (the deployment must be of this agent's cluster); report again.
+		if err = l.cfg.Deliveries.DeliverReported(ctx, p.OrgID, p.ClusterID, st.DeploymentID); err == nil {
 			_, err = l.cfg.Commands.Deployment(ctx, dispatch.Context{Actor: actor}, p.OrgID, st.DeploymentID, report)
 		}
 	}
 	if err != nil {
 		l.cfg.Logger.Warn("recording a stage report", "server", p.Name, "deployment", st.DeploymentID, "stage", truncateUTF8(st.Stage, 40), "err", err)
 	}
-}
-
-// deliver opens a deployment's stream from the read models, for a report
-// that arrived before the reactions delivered it. The deployment must be of
-// an environment on the reporting agent's cluster.
-func (l *Link) deliver(ctx context.Context, p transport.Peer, deploymentID string) error {
-	var c domain.DeliverDeployment
-	var deadline int
-	err := l.cfg.Pool.QueryRow(ctx, `SELECT d.project_id::text, d.environment_id::text, d.service_id::text, d.release_id::text, e.cluster_id::text,
-			coalesce((SELECT max(v.stream_version) FROM events v WHERE v.stream_id = 'revisions-' || d.environment_id::text), 0),
-			coalesce(s.progress_deadline_seconds, 0)
-		FROM deployments d JOIN environments e ON e.id = d.environment_id LEFT JOIN services s ON s.id = d.service_id
-		WHERE d.id = $1 AND d.org_id = $2 AND e.cluster_id = $3`, deploymentID, p.OrgID, p.ClusterID).
-		Scan(&c.ProjectID, &c.EnvironmentID, &c.ServiceID, &c.ReleaseID, &c.ClusterID, &c.Revision, &deadline)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: deployment %s on this cluster", domain.ErrNotFound, deploymentID)
-	}
-	if err != nil {
-		return err
-	}
-	c.ProgressDeadline = time.Duration(deadline) * time.Second
-	_, err = l.cfg.Commands.Deployment(ctx, dispatch.Context{Actor: domain.System("reactions")}, p.OrgID, deploymentID, c)
-	return err
 }
 
 // truncateUTF8 cuts s to at most n bytes without splitting a character.
@@ -440,7 +420,7 @@ func truncateUTF8(s string, n int) string {
 
 // OnDisconnect records that the connection ended.
 func (l *Link) OnDisconnect(ctx context.Context, p transport.Peer, reason string) {
-	if _, err := l.cfg.Pool.Exec(ctx, `UPDATE server_status SET connected = false WHERE server_id = $1 AND replica = $2`, p.ServerID, l.cfg.Replica); err != nil {
+	if err := l.status.SaveDisconnected(ctx, p.ServerID, l.cfg.Replica); err != nil {
 		l.cfg.Logger.Warn("recording a disconnect", "server", p.Name, "err", err)
 	}
 	l.record(ctx, p, domain.RecordConnection{Connected: false, Reason: truncateUTF8(reason, 200)})
@@ -449,12 +429,7 @@ func (l *Link) OnDisconnect(ctx context.Context, p transport.Peer, reason string
 // Revoked returns which of the servers have had their credential revoked
 // (or their cluster deleted), so every replica can drop them at once.
 func (l *Link) Revoked(ctx context.Context, serverIDs []string) ([]string, error) {
-	rows, err := l.cfg.Pool.Query(ctx, `SELECT s.id::text FROM servers s LEFT JOIN clusters c ON c.id = s.cluster_id
-		WHERE s.id = ANY($1::uuid[]) AND (s.revoked_at IS NOT NULL OR c.id IS NULL OR c.deleted_at IS NOT NULL)`, serverIDs)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return projections.RevokedServers(ctx, l.cfg.Pool, serverIDs)
 }
 
 func truncate(s string, n int) string {

@@ -22,8 +22,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -126,7 +125,7 @@ func TestAgentLink(t *testing.T) {
 	b := servertest.Start(t, servertest.Options{DatabaseURL: a.DatabaseURL, SecretKey: a.SecretKey, Now: now, Insecure: []string{host}})
 	root := a.Setup(t, "root@example.com", "acme")
 	org := a.URL + "/api/v1/orgs/acme"
-	var cluster httpapi.ClusterResponse
+	var cluster api.ClusterResponse
 	require.Equal(t, 201, call(t, "POST", org+"/clusters", root, map[string]string{"name": "eu-1"}, &cluster))
 	for _, step := range []struct {
 		path string
@@ -138,7 +137,7 @@ func TestAgentLink(t *testing.T) {
 	} {
 		require.Equal(t, 201, call(t, "POST", org+step.path, root, step.body, nil), step.path)
 	}
-	var env query.Environment
+	var env api.Environment
 	require.Equal(t, 200, call(t, "GET", org+"/projects/shop/environments/staging", root, nil, &env))
 
 	// Registration: a bad token is refused, the right one gives a credential.
@@ -164,7 +163,7 @@ func TestAgentLink(t *testing.T) {
 	// A secret set through the other replica reaches the agent opened.
 	require.Equal(t, 200, call(t, "PUT", b.URL+"/api/v1/orgs/acme/projects/shop/environments/staging/services/api/variables", root,
 		map[string]any{"variables": []map[string]any{{"name": "TOKEN", "value": "s3cret-value-123", "secret": true}}}, nil))
-	var deploy httpapi.DeployResponse
+	var deploy api.DeployResponse
 	require.Equal(t, 202, call(t, "POST", b.URL+"/api/v1/orgs/acme/projects/shop/environments/staging/services/api/deployments", root,
 		map[string]string{"image": host + "/api:v1"}, &deploy))
 	require.Eventually(t, func() bool {
@@ -181,21 +180,21 @@ func TestAgentLink(t *testing.T) {
 		return false
 	}, 10*time.Second, 10*time.Millisecond, "the deployment made on the other replica reaches the agent, its secret opened")
 
-	var acks []query.Acknowledgement
+	var acks []api.Acknowledgement
 	require.Eventually(t, func() bool {
 		call(t, "GET", org+"/projects/shop/environments/staging/acknowledgements", root, nil, itemsOf(&acks))
 		return len(acks) == 1 && acks[0].Revision == agent.revision(env.ID) && acks[0].Server == "agent-0"
 	}, 10*time.Second, 20*time.Millisecond, "acknowledgements are recorded")
 
-	var cl httpapi.ClusterResponse
+	var cl api.ClusterResponse
 	require.Eventually(t, func() bool {
 		call(t, "GET", org+"/clusters/eu-1", root, nil, &cl)
-		return cl.Status.State == query.StateConnected
+		return cl.Status.State == api.StateConnected
 	}, 10*time.Second, 20*time.Millisecond)
 
 	// 61 seconds without a heartbeat (by the injected clock): Disconnected,
 	// and a deployment still on its way shows the blocker "delivery".
-	var deps []httpapi.DeploymentView
+	var deps []api.DeploymentView
 	require.Equal(t, 200, call(t, "GET", org+"/projects/shop/environments/staging/services/api/deployments", root, nil, itemsOf(&deps)))
 	require.Len(t, deps, 1)
 	require.Empty(t, deps[0].Blockers, "the cluster is connected")
@@ -206,16 +205,16 @@ func TestAgentLink(t *testing.T) {
 		offset.Store(int64(time.Duration(try) * 61 * time.Second))
 		call(t, "GET", org+"/clusters/eu-1", root, nil, &cl)
 		require.Equal(t, 200, call(t, "GET", org+"/projects/shop/environments/staging/services/api/deployments", root, nil, itemsOf(&deps)))
-		if cl.Status.State == query.StateDisconnected && len(deps[0].Blockers) == 1 || try == 3 {
+		if cl.Status.State == api.StateDisconnected && len(deps[0].Blockers) == 1 || try == 3 {
 			break
 		}
 	}
-	require.Equal(t, query.StateDisconnected, cl.Status.State)
+	require.Equal(t, api.StateDisconnected, cl.Status.State)
 	require.Equal(t, []string{"delivery"}, deps[0].Blockers)
 	offset.Store(0)
 
 	// The audit log tells of the registration and the connection.
-	var page httpapi.AuditPage
+	var page api.AuditPage
 	require.Equal(t, 200, call(t, "GET", org+"/audit?action=server.*", root, nil, &page))
 	actions := map[string]bool{}
 	for _, e := range page.Items {
@@ -245,7 +244,7 @@ func TestRevokedBeforeTheHelloGetsNoDesiredState(t *testing.T) {
 	a := servertest.Start(t, servertest.Options{})
 	root := a.Setup(t, "root@example.com", "acme")
 	org := a.URL + "/api/v1/orgs/acme"
-	var cluster httpapi.ClusterResponse
+	var cluster api.ClusterResponse
 	require.Equal(t, 201, call(t, "POST", org+"/clusters", root, map[string]string{"name": "eu-1"}, &cluster))
 	require.Equal(t, 201, call(t, "POST", org+"/projects", root, map[string]string{"name": "shop"}, nil))
 	require.Equal(t, 201, call(t, "POST", org+"/projects/shop/environments", root, map[string]string{"name": "staging", "cluster": "eu-1"}, nil))

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
@@ -80,7 +81,7 @@ func (l *Link) deliverBuilds(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	byCluster := map[string][]query.Build{}
+	byCluster := map[string][]api.Build{}
 	for _, b := range running {
 		byCluster[b.ClusterID] = append(byCluster[b.ClusterID], b)
 	}
@@ -116,7 +117,7 @@ type builtSet struct {
 }
 
 // buildsKey names a set of builds: what the agent is sent changes with it.
-func buildsKey(bs []query.Build) string {
+func buildsKey(bs []api.Build) string {
 	if len(bs) == 0 {
 		return ""
 	}
@@ -127,7 +128,7 @@ func buildsKey(bs []query.Build) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func (l *Link) buildSet(ctx context.Context, bs []query.Build) (transport.Builds, error) {
+func (l *Link) buildSet(ctx context.Context, bs []api.Build) (transport.Builds, error) {
 	out := transport.Builds{Builds: make([]transport.BuildSpec, 0, len(bs))}
 	for _, b := range bs {
 		spec := transport.BuildSpec{ID: b.ID, Service: b.Service, Repository: b.Repository, Branch: b.Branch, Commit: b.Commit,
@@ -137,7 +138,7 @@ func (l *Link) buildSet(ctx context.Context, bs []query.Build) (transport.Builds
 		if err != nil && !errors.Is(err, query.ErrNotFound) {
 			return out, err
 		}
-		if c := src.Sealed(); c != nil {
+		if c := src.Credential; c != nil {
 			plain, err := l.cfg.Secrets.Open(ctx, c.Sealed)
 			if err != nil {
 				// The build clones without it and says why it failed.
@@ -159,7 +160,7 @@ func (l *Link) buildSet(ctx context.Context, bs []query.Build) (transport.Builds
 
 // imagePath is where a build's image goes in the cluster's registry:
 // project/service, lower case (both are DNS labels already).
-func imagePath(b query.Build) string {
+func imagePath(b api.Build) string {
 	return strings.ToLower(b.Project + "/" + b.Service)
 }
 

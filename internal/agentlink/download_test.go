@@ -17,9 +17,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/agentbin"
 	"github.com/nebulactrl/nebulactrl/internal/agentlink"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
@@ -58,7 +58,7 @@ func TestAgentBinaryDownload(t *testing.T) {
 	s := servertest.Start(t, servertest.Options{AgentBinaries: agentbin.Dir(dir)})
 	root := s.Setup(t, "root@example.com", "acme")
 	org := s.URL + "/api/v1/orgs/acme"
-	var cluster httpapi.ClusterResponse
+	var cluster api.ClusterResponse
 	require.Equal(t, 201, call(t, "POST", org+"/clusters", root, map[string]string{"name": "eu-1"}, &cluster))
 	srv, err := transport.Register(context.Background(), s.URL, nil, transport.RegisterRequest{JoinToken: cluster.JoinToken.Token, Name: "agent-0"})
 	require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestSendUpgradeAndItsResult(t *testing.T) {
 	s := servertest.Start(t, servertest.Options{})
 	root := s.Setup(t, "root@example.com", "acme")
 	org := s.URL + "/api/v1/orgs/acme"
-	var cluster httpapi.ClusterResponse
+	var cluster api.ClusterResponse
 	require.Equal(t, 201, call(t, "POST", org+"/clusters", root, map[string]string{"name": "eu-1"}, &cluster))
 	srv, err := transport.Register(context.Background(), s.URL, nil, transport.RegisterRequest{JoinToken: cluster.JoinToken.Token, Name: "agent-0"})
 	require.NoError(t, err)

@@ -13,8 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
@@ -28,11 +27,11 @@ func TestBadAgentFramesAreRefusedAndStoreNothing(t *testing.T) {
 	a := servertest.Start(t, servertest.Options{})
 	root := a.Setup(t, "root@example.com", "acme")
 	org := a.URL + "/api/v1/orgs/acme"
-	var cluster httpapi.ClusterResponse
+	var cluster api.ClusterResponse
 	require.Equal(t, 201, call(t, "POST", org+"/clusters", root, map[string]string{"name": "eu-1"}, &cluster))
 	require.Equal(t, 201, call(t, "POST", org+"/projects", root, map[string]string{"name": "shop"}, nil))
 	require.Equal(t, 201, call(t, "POST", org+"/projects/shop/environments", root, map[string]string{"name": "staging", "cluster": "eu-1"}, nil))
-	var env query.Environment
+	var env api.Environment
 	require.Equal(t, 200, call(t, "GET", org+"/projects/shop/environments/staging", root, nil, &env))
 	register := func(name string) transport.RegisterResponse {
 		srv, err := transport.Register(context.Background(), a.URL, nil, transport.RegisterRequest{JoinToken: cluster.JoinToken.Token, Name: name})

@@ -13,6 +13,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/agentlink"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
+	"github.com/nebulactrl/nebulactrl/internal/reactions"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/projections"
@@ -37,8 +38,11 @@ func TestStageReportedBeforeDeliveryIsKept(t *testing.T) {
 	require.NoError(t, err)
 	proj, err := projections.New(projections.Config{Store: store, Keys: sealer})
 	require.NoError(t, err)
-	link, err := agentlink.New(agentlink.Config{Pool: pool, Commands: cmd, Secrets: sealer})
+	deliveries, err := reactions.NewDeliveries(pool, cmd, projections.ReadModels{})
 	require.NoError(t, err)
+	link, err := agentlink.New(agentlink.Config{Pool: pool, Commands: cmd, Secrets: sealer, Deliveries: deliveries})
+	require.NoError(t, err)
+	t.Cleanup(link.Close)
 
 	alice := uuid.NewString()
 	as := dispatch.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: alice, Name: "alice"}, Person: alice}

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/version"
+	"github.com/nebulactrl/nebulactrl/migrations"
 )
 
 // StartupLimit bounds the pre-upgrade backup that the start-up check takes.
@@ -35,30 +38,41 @@ const lockKey = 7_244_015_873
 // migrate.
 var ErrBackupFailed = errors.New("the pre-upgrade backup failed")
 
-// schema is created here, before the migrations, because the check must read
-// the stored version before anything migrates; migration 00014 creates the
-// same tables for a database that never ran the check.
-const schema = `
-CREATE TABLE IF NOT EXISTS control_plane_version (
-    singleton  boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
-    version    text        NOT NULL,
-    updated_at timestamptz NOT NULL
-);
-CREATE TABLE IF NOT EXISTS pre_upgrade_backups (
-    id             bigserial   PRIMARY KEY,
-    taken_at       timestamptz NOT NULL,
-    source         text        NOT NULL,
-    from_version   text        NOT NULL,
-    target_version text        NOT NULL,
-    succeeded      boolean     NOT NULL,
-    forced         boolean     NOT NULL DEFAULT false,
-    reused         boolean     NOT NULL DEFAULT false,
-    destination    text        NOT NULL,
-    dump           text        NOT NULL DEFAULT '',
-    database_size  bigint      NOT NULL DEFAULT 0,
-    sha256         text        NOT NULL DEFAULT '',
-    error          text        NOT NULL DEFAULT ''
-)`
+// versionMigration is the migration that creates the version table and the
+// table of pre-upgrade backups. The check runs its Up section itself, before
+// the migrations, because it must read the stored version before anything
+// migrates (its statements are CREATE TABLE IF NOT EXISTS: goose running it
+// later changes nothing); for a database that never ran the check (a
+// development build) goose creates them.
+const versionMigration = "00014_control_plane_version.sql"
+
+// schema returns the Up section of versionMigration, from the embedded
+// migrations: the DDL lives in the migrations only.
+func schema() (string, error) {
+	raw, err := migrations.FS.ReadFile(versionMigration)
+	if err != nil {
+		return "", fmt.Errorf("reading migration %s: %w", versionMigration, err)
+	}
+	_, up, ok := strings.Cut(string(raw), "-- +goose Up")
+	if !ok {
+		return "", fmt.Errorf("migration %s has no Up section", versionMigration)
+	}
+	up, _, _ = strings.Cut(up, "-- +goose Down")
+	return up, nil
+}
+
+// createTables creates the version table and the table of pre-upgrade
+// backups when they are not there yet.
+func createTables(ctx context.Context, conn *pgxpool.Conn) error {
+	ddl, err := schema()
+	if err == nil {
+		_, err = conn.Exec(ctx, ddl)
+	}
+	if err != nil {
+		return fmt.Errorf("creating the version table: %w", err)
+	}
+	return nil
+}
 
 // Outcome is the record of one pre-upgrade backup, as GET
 // /api/v1/instance/upgrade returns it (preUpgradeBackup).
@@ -118,8 +132,8 @@ func BeforeMigrate(ctx context.Context, pool *pgxpool.Pool, c Config, limit time
 	if err != nil {
 		return "", err
 	}
-	if _, err := conn.Exec(ctx, schema); err != nil {
-		return "", fmt.Errorf("creating the version table: %w", err)
+	if err := createTables(ctx, conn); err != nil {
+		return "", err
 	}
 	if fresh {
 		if err := storeVersion(ctx, conn, c.Version, c.Now()); err != nil {
@@ -192,8 +206,8 @@ func PreUpgrade(ctx context.Context, pool *pgxpool.Pool, c Config, target string
 		return Outcome{}, err
 	}
 	defer unlock()
-	if _, err := conn.Exec(ctx, schema); err != nil {
-		return Outcome{}, fmt.Errorf("creating the version table: %w", err)
+	if err := createTables(ctx, conn); err != nil {
+		return Outcome{}, err
 	}
 	from, err := storedVersion(ctx, conn)
 	if err != nil {
@@ -279,21 +293,18 @@ func StoredVersion(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 // isNew reports whether the database holds nothing to back up: it was never
 // migrated, or no event was ever written to it.
 func isNew(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
-	var migrated, events bool
-	if err := conn.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL, to_regclass('events') IS NOT NULL`).Scan(&migrated, &events); err != nil {
+	var migrated bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL`).Scan(&migrated); err != nil {
 		return false, fmt.Errorf("reading the database's state: %w", err)
 	}
 	if !migrated {
 		return true, nil
 	}
-	if !events {
-		return false, nil
-	}
-	var any bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events)`).Scan(&any); err != nil {
+	created, some, err := eventstore.HasEvents(ctx, conn)
+	if err != nil {
 		return false, fmt.Errorf("reading the database's state: %w", err)
 	}
-	return !any, nil
+	return created && !some, nil
 }
 
 func lock(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, func(), error) {

@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // The console's actions on variables, domains and replicas of a service in
@@ -99,7 +98,7 @@ func (c *Console) allowed(w http.ResponseWriter, r *http.Request, s *session, sc
 
 // change sends a change to the API and returns the change set it waits in
 // when the environment is protected (202), or nil when it was made.
-func (c *Console) change(r *http.Request, s *session, method, p string, body any) (*query.ChangeSet, error) {
+func (c *Console) change(r *http.Request, s *session, method, p string, body any) (*api.ChangeSet, error) {
 	var raw json.RawMessage
 	status, err := c.call(r, s.token, method, p, body, &raw)
 	if err != nil || status != http.StatusAccepted {
@@ -108,12 +107,12 @@ func (c *Console) change(r *http.Request, s *session, method, p string, body any
 	// A variable change answers {"variables":…, "changeSet":…}; the others
 	// answer the change set itself.
 	var wrapped struct {
-		ChangeSet *query.ChangeSet `json:"changeSet"`
+		ChangeSet *api.ChangeSet `json:"changeSet"`
 	}
 	if err := json.Unmarshal(raw, &wrapped); err == nil && wrapped.ChangeSet != nil {
 		return wrapped.ChangeSet, nil
 	}
-	var cs query.ChangeSet
+	var cs api.ChangeSet
 	if err := json.Unmarshal(raw, &cs); err != nil {
 		return nil, err
 	}
@@ -122,7 +121,7 @@ func (c *Console) change(r *http.Request, s *session, method, p string, body any
 
 // changed sends the browser back to the service page, or, when the change
 // waits for approval, to its change set's page.
-func (c *Console) changed(w http.ResponseWriter, r *http.Request, cs *query.ChangeSet, notice string) {
+func (c *Console) changed(w http.ResponseWriter, r *http.Request, cs *api.ChangeSet, notice string) {
 	p := consolePath(r)
 	if cs != nil {
 		c.done(w, r, p[:strings.LastIndex(p, "/s/")]+"/changesets/"+esc(cs.ID),
@@ -138,10 +137,10 @@ func (c *Console) invalid(w http.ResponseWriter, r *http.Request, s *session, ti
 
 func (c *Console) setVariable(w http.ResponseWriter, r *http.Request, s *session) {
 	name := strings.TrimSpace(r.PostFormValue("name"))
-	in := httpapi.VariableInput{Name: name, Value: r.PostFormValue("value"), Secret: r.PostFormValue("secret") == "on"}
+	in := api.VariableInput{Name: name, Value: r.PostFormValue("value"), Secret: r.PostFormValue("secret") == "on"}
 	// The notice never repeats a value: a secret's value goes to the API
 	// and nowhere else.
-	c.act(w, r, s, "PUT", apiPath(r, "/variables"), httpapi.SetVariablesRequest{Variables: []httpapi.VariableInput{in}}, "Variable "+name+" set.")
+	c.act(w, r, s, "PUT", apiPath(r, "/variables"), api.SetVariablesRequest{Variables: []api.VariableInput{in}}, "Variable "+name+" set.")
 }
 
 func (c *Console) unsetVariable(w http.ResponseWriter, r *http.Request, s *session) {
@@ -154,7 +153,7 @@ func (c *Console) unsetVariable(w http.ResponseWriter, r *http.Request, s *sessi
 
 func (c *Console) addDomain(w http.ResponseWriter, r *http.Request, s *session) {
 	host := strings.TrimSpace(r.PostFormValue("host"))
-	c.act(w, r, s, "POST", apiPath(r, "/domains"), httpapi.AddDomainRequest{Host: host}, "Domain "+host+" added.")
+	c.act(w, r, s, "POST", apiPath(r, "/domains"), api.AddDomainRequest{Host: host}, "Domain "+host+" added.")
 }
 
 func (c *Console) removeDomain(w http.ResponseWriter, r *http.Request, s *session) {
@@ -175,7 +174,7 @@ func (c *Console) scale(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	process := r.PostFormValue("process")
-	c.act(w, r, s, "PUT", apiPath(r, "/replicas"), httpapi.ScaleRequest{Process: process, Replicas: &n}, "Process "+process+" scaled to "+strconv.Itoa(n)+".")
+	c.act(w, r, s, "PUT", apiPath(r, "/replicas"), api.ScaleRequest{Process: process, Replicas: &n}, "Process "+process+" scaled to "+strconv.Itoa(n)+".")
 }
 
 func settingsPath(r *http.Request) string { return "/o/" + esc(r.PathValue("org")) + "/settings" }

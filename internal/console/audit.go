@@ -7,12 +7,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 type auditData struct {
-	Entries                             []query.AuditEntry
+	Entries                             []api.AuditEntry
 	Actor, Action, Target, Since, Until string
 	Next                                string
 	Query                               string
@@ -37,7 +36,7 @@ func (c *Console) auditPage(w http.ResponseWriter, r *http.Request, s *session) 
 		}
 	}
 	aq.Set("limit", "100")
-	var page httpapi.AuditPage
+	var page api.AuditPage
 	if _, err := c.call(r, s.token, "GET", apiPath(r, "/audit?"+aq.Encode()), nil, &page); err != nil {
 		if ae, ok := asAPIError(err); ok && ae.Status < 500 && ae.Status != http.StatusForbidden && ae.Status != http.StatusNotFound {
 			c.render(w, r, ae.Status, "audit", c.view(r, s, "Audit log", &d, ae.Message))
@@ -100,7 +99,7 @@ func (c *Console) auditEvents(w http.ResponseWriter, r *http.Request, s *session
 
 // auditLink is the console page of an audit log entry's target in the
 // organisation org ("" when it has none, or the name is not a path).
-func auditLink(org string, e query.AuditEntry) string {
+func auditLink(org string, e api.AuditEntry) string {
 	parts := strings.Split(e.Target.Name, "/")
 	if len(parts) < 2 || parts[0] != org || slices.Contains(parts, "") {
 		return ""

@@ -6,10 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
-	"github.com/nebulactrl/nebulactrl/internal/telemetry"
 )
 
 // Builds from Git in the console: a Git service's builds and tracked branch
@@ -37,7 +35,7 @@ func shortCommit(commit string) string {
 }
 
 // builtWhat says what a build builds: the branch, at its commit when known.
-func builtWhat(b *query.Build) string {
+func builtWhat(b *api.Build) string {
 	if b.Commit == "" {
 		return "the head of " + b.Branch
 	}
@@ -51,9 +49,9 @@ const recentBuilds = 10
 // builds: the branch the environment tracks, and the latest builds on the
 // environment's cluster.
 type gitData struct {
-	Tracking httpapi.TrackingView
+	Tracking api.TrackingView
 	Cluster  string
-	Builds   []query.Build
+	Builds   []api.Build
 	// CanBuilds says the role reads builds (builds:read).
 	CanBuilds bool
 }
@@ -63,7 +61,7 @@ func (c *Console) gitOfTarget(r *http.Request, s *session, v *view) (*gitData, e
 	if _, err := c.call(r, s.token, "GET", apiPath(r, "/tracking"), nil, &g.Tracking); err != nil {
 		return nil, err
 	}
-	var env query.Environment
+	var env api.Environment
 	org, project := "/api/v1/orgs/"+esc(r.PathValue("org")), "/projects/"+esc(r.PathValue("project"))
 	if _, err := c.call(r, s.token, "GET", org+project+"/environments/"+esc(r.PathValue("env")), nil, &env); err != nil {
 		return nil, err
@@ -75,7 +73,7 @@ func (c *Console) gitOfTarget(r *http.Request, s *session, v *view) (*gitData, e
 	g.CanBuilds = true
 	// The service's latest builds of every cluster, newest first; those of
 	// this environment's cluster are its.
-	bs, err := list[query.Build](c, r, s.token, org+project+"/builds?service="+url.QueryEscape(r.PathValue("service")), 50)
+	bs, err := list[api.Build](c, r, s.token, org+project+"/builds?service="+url.QueryEscape(r.PathValue("service")), 50)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +87,7 @@ func (c *Console) gitOfTarget(r *http.Request, s *session, v *view) (*gitData, e
 
 // track sets the branch the service follows in the environment, or none.
 func (c *Console) track(w http.ResponseWriter, r *http.Request, s *session) {
-	req := httpapi.TrackRequest{Branch: strings.TrimSpace(r.PostFormValue("branch")), None: r.PostFormValue("none") == "yes"}
+	req := api.TrackRequest{Branch: strings.TrimSpace(r.PostFormValue("branch")), None: r.PostFormValue("none") == "yes"}
 	svc, env := r.PathValue("service"), r.PathValue("env")
 	notice := "Pushes to " + req.Branch + " now build " + svc + " and deploy it to " + env + "."
 	switch {
@@ -113,8 +111,8 @@ func buildAPI(r *http.Request, tail string) string {
 
 // readBuild reads the build the path names, which must be of the path's
 // project and service (a build of another is not found here).
-func (c *Console) readBuild(w http.ResponseWriter, r *http.Request, s *session) (query.Build, bool) {
-	var b query.Build
+func (c *Console) readBuild(w http.ResponseWriter, r *http.Request, s *session) (api.Build, bool) {
+	var b api.Build
 	if _, err := c.call(r, s.token, "GET", buildAPI(r, ""), nil, &b); err != nil {
 		c.fail(w, r, s, err)
 		return b, false
@@ -133,8 +131,8 @@ const buildLines = 5000
 
 type buildData struct {
 	Project, Env, Service string
-	B                     query.Build
-	Lines                 []telemetry.BuildLine
+	B                     api.Build
+	Lines                 []api.BuildLine
 	// Last is the id of the last line shown ("0": none), where the stream
 	// starts; Events the stream's address ("" once the build is over).
 	Last, Events string
@@ -148,7 +146,7 @@ func (c *Console) buildPage(w http.ResponseWriter, r *http.Request, s *session) 
 		return
 	}
 	d := buildData{Project: r.PathValue("project"), Env: r.PathValue("env"), Service: r.PathValue("service"), B: b, Last: "0"}
-	var page httpapi.BuildLogPage
+	var page api.BuildLogPage
 	if _, err := c.call(r, s.token, "GET", buildAPI(r, "/logs?limit="+strconv.Itoa(buildLines)), nil, &page); err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -157,7 +155,7 @@ func (c *Console) buildPage(w http.ResponseWriter, r *http.Request, s *session) 
 	if page.Next != "" {
 		d.Last = page.Next
 	}
-	envs, err := list[query.Environment](c, r, s.token, "/api/v1/orgs/"+esc(r.PathValue("org"))+"/projects/"+esc(d.Project)+"/environments", 0)
+	envs, err := list[api.Environment](c, r, s.token, "/api/v1/orgs/"+esc(r.PathValue("org"))+"/projects/"+esc(d.Project)+"/environments", 0)
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -192,7 +190,7 @@ func (c *Console) buildEvents(w http.ResponseWriter, r *http.Request, s *session
 // cancelBuild cancels the build (builds:write; the API refuses a build that
 // is over, 409) and shows it again.
 func (c *Console) cancelBuild(w http.ResponseWriter, r *http.Request, s *session) {
-	var b query.Build
+	var b api.Build
 	if _, err := c.call(r, s.token, "POST", buildAPI(r, "/cancel"), nil, &b); err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -204,7 +202,7 @@ func (c *Console) cancelBuild(w http.ResponseWriter, r *http.Request, s *session
 // one: the previous is accepted 24 hours more) and shows it on the project
 // page, in this answer only: not in an address, not stored.
 func (c *Console) rotateWebhook(w http.ResponseWriter, r *http.Request, s *session) {
-	var out httpapi.WebhookSecret
+	var out api.WebhookSecret
 	if _, err := c.call(r, s.token, "POST", apiPath(r, "/webhook/rotate"), nil, &out); err != nil {
 		c.fail(w, r, s, err)
 		return

@@ -37,7 +37,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 //go:embed static/*.js static/*.css
@@ -282,7 +282,7 @@ func (c *Console) call(r *http.Request, token, method, p string, body, out any) 
 		res.status = http.StatusOK
 	}
 	if res.status >= 400 {
-		var eb httpapi.Error
+		var eb api.Error
 		_ = json.Unmarshal(res.body.Bytes(), &eb)
 		msg := eb.Error.Message
 		if msg == "" {

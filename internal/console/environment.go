@@ -10,10 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/desiredstate"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
-	"github.com/nebulactrl/nebulactrl/projections"
 )
 
 // environmentEvents is the API's environment stream, for the page's script.
@@ -23,13 +21,13 @@ func (c *Console) environmentEvents(w http.ResponseWriter, r *http.Request, s *s
 
 type changeSetsData struct {
 	Project, Env string
-	Sets         []query.ChangeSet
+	Sets         []api.ChangeSet
 }
 
 func (c *Console) changeSetsPage(w http.ResponseWriter, r *http.Request, s *session) {
 	d := changeSetsData{Project: r.PathValue("project"), Env: r.PathValue("env")}
 	var err error
-	if d.Sets, err = list[query.ChangeSet](c, r, s.token, apiPath(r, "/changesets"), 0); err != nil {
+	if d.Sets, err = list[api.ChangeSet](c, r, s.token, apiPath(r, "/changesets"), 0); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
@@ -38,7 +36,7 @@ func (c *Console) changeSetsPage(w http.ResponseWriter, r *http.Request, s *sess
 
 type changeSetData struct {
 	Project, Env string
-	CS           httpapi.ChangeSetView
+	CS           api.ChangeSetView
 	Mine         bool
 	Expires      time.Time
 }
@@ -63,7 +61,7 @@ func (c *Console) decideChangeSet(w http.ResponseWriter, r *http.Request, s *ses
 	version, _ := strconv.Atoi(r.PostFormValue("version"))
 	id := r.PathValue("changeset")
 	if _, err := c.call(r, s.token, "POST", apiPath(r, "/changesets/"+esc(id)+"/"+decision),
-		httpapi.ChangeSetDecision{Version: version, Reason: r.PostFormValue("reason")}, nil); err != nil {
+		api.ChangeSetDecision{Version: version, Reason: r.PostFormValue("reason")}, nil); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
@@ -72,11 +70,11 @@ func (c *Console) decideChangeSet(w http.ResponseWriter, r *http.Request, s *ses
 
 type environmentData struct {
 	Project string
-	Env     query.Environment
+	Env     api.Environment
 	// At, Revision and Compare are what the form asked for.
 	At, Revision, Compare string
-	Rev                   *projections.Revision
-	Other                 *projections.Revision
+	Rev                   *api.Revision
+	Other                 *api.Revision
 	Diff                  []string
 	Missing               string
 }
@@ -98,7 +96,7 @@ func (c *Console) environmentPage(w http.ResponseWriter, r *http.Request, s *ses
 	case d.Revision != "":
 		sel.Set("revision", d.Revision)
 	}
-	var rev projections.Revision
+	var rev api.Revision
 	status := http.StatusOK
 	v := c.view(r, s, "Environment "+d.Env.Name, &d, "")
 	if _, err := c.call(r, s.token, "GET", apiPath(r, "/state?"+sel.Encode()), nil, &rev); err != nil {
@@ -116,7 +114,7 @@ func (c *Console) environmentPage(w http.ResponseWriter, r *http.Request, s *ses
 		d.Rev = &rev
 	}
 	if d.Rev != nil && d.Compare != "" {
-		var other projections.Revision
+		var other api.Revision
 		if _, err := c.call(r, s.token, "GET", apiPath(r, "/state?revision="+url.QueryEscape(d.Compare)), nil, &other); err != nil {
 			if ae, ok := asAPIError(err); ok && ae.Status < 500 && ae.Status != http.StatusForbidden {
 				status, v.Problem = ae.Status, "Revision "+d.Compare+": "+ae.Message

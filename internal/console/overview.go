@@ -4,41 +4,40 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // clusterRow is a cluster with its connection state.
 type clusterRow struct {
-	httpapi.ClusterResponse
-	Servers []query.Server
+	api.ClusterResponse
+	Servers []api.Server
 }
 
 type overviewData struct {
-	Projects   []query.Project
+	Projects   []api.Project
 	Clusters   []clusterRow
 	InProgress []progressRow
-	Activity   []query.AuditEntry
+	Activity   []api.AuditEntry
 	CanAudit   bool
 	PublicURL  string
 }
 
 type progressRow struct {
 	Project, Env, Service string
-	D                     httpapi.DeploymentView
+	D                     api.DeploymentView
 }
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	d := overviewData{PublicURL: c.cfg.PublicURL}
 	var err error
-	if d.Projects, err = list[query.Project](c, r, s.token, apiPath(r, "/projects"), 0); err != nil {
+	if d.Projects, err = list[api.Project](c, r, s.token, apiPath(r, "/projects"), 0); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
 	v := c.view(r, s, "Overview", &d, "")
 	if v.Can(string(domain.ScopeServersRead)) {
-		cl, err := list[query.Cluster](c, r, s.token, apiPath(r, "/clusters"), 0)
+		cl, err := list[api.Cluster](c, r, s.token, apiPath(r, "/clusters"), 0)
 		if err != nil {
 			c.fail(w, r, s, err)
 			return
@@ -53,18 +52,18 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 	}
 	// The organisation's deployments in progress: one read of the API.
-	ds, err := list[httpapi.DeploymentInProgress](c, r, s.token, apiPath(r, "/deployments?status=in-progress"), 0)
+	ds, err := list[api.DeploymentInProgress](c, r, s.token, apiPath(r, "/deployments?status=in-progress"), 0)
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
 	for _, x := range ds {
 		d.InProgress = append(d.InProgress, progressRow{Project: x.Project, Env: x.Environment, Service: x.Service,
-			D: httpapi.DeploymentView{Deployment: x.Deployment, Blockers: x.Blockers}})
+			D: api.DeploymentView{Deployment: x.Deployment, Blockers: x.Blockers}})
 	}
 	if v.Can(string(domain.ScopeAuditRead)) {
 		d.CanAudit = true
-		var page httpapi.AuditPage
+		var page api.AuditPage
 		if _, err := c.call(r, s.token, "GET", apiPath(r, "/audit?limit=10"), nil, &page); err != nil {
 			c.fail(w, r, s, err)
 			return
@@ -76,7 +75,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 
 func (c *Console) createProject(w http.ResponseWriter, r *http.Request, s *session) {
 	name := strings.TrimSpace(r.PostFormValue("name"))
-	if _, err := c.call(r, s.token, "POST", apiPath(r, "/projects"), httpapi.CreateProjectRequest{Name: name}, nil); err != nil {
+	if _, err := c.call(r, s.token, "POST", apiPath(r, "/projects"), api.CreateProjectRequest{Name: name}, nil); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}

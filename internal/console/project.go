@@ -7,16 +7,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // cell is one environment × service of the project matrix; Held is the
 // reason the environment's desired state holds the service ("" if not held).
 type cell struct {
 	Env, Service string
-	C            httpapi.MatrixCell
+	C            api.MatrixCell
 	Held         string
 }
 
@@ -28,17 +27,17 @@ type projectData struct {
 	// not the first page.
 	Next     string
 	Paged    bool
-	Project  query.Project
-	Envs     []query.Environment
-	Services []query.Service
+	Project  api.Project
+	Envs     []api.Environment
+	Services []api.Service
 	Rows     [][]cell
-	Clusters []query.Cluster
+	Clusters []api.Cluster
 	// Webhook is the project's push webhook, Deliveries the latest it
 	// received (builds:read), NewSecret the secret just made: in this
 	// answer only.
-	Webhook    httpapi.WebhookInfo
-	Deliveries []query.Delivery
-	NewSecret  *httpapi.WebhookSecret
+	Webhook    api.WebhookInfo
+	Deliveries []api.Delivery
+	NewSecret  *api.WebhookSecret
 }
 
 func (c *Console) projectPage(w http.ResponseWriter, r *http.Request, s *session) {
@@ -49,7 +48,7 @@ func (c *Console) renderProject(w http.ResponseWriter, r *http.Request, s *sessi
 	pp := apiPath(r)
 	_, err := c.call(r, s.token, "GET", pp, nil, &d.Project)
 	if err == nil {
-		d.Envs, err = list[query.Environment](c, r, s.token, pp+"/environments", 0)
+		d.Envs, err = list[api.Environment](c, r, s.token, pp+"/environments", 0)
 	}
 	if err == nil {
 		// The matrix shows a page of services at a time, every cell of
@@ -59,7 +58,7 @@ func (c *Console) renderProject(w http.ResponseWriter, r *http.Request, s *sessi
 			u += "&cursor=" + url.QueryEscape(cur)
 			d.Paged = true
 		}
-		var pg httpapi.Page[httpapi.MatrixRow]
+		var pg api.Page[api.MatrixRow]
 		if _, err = c.call(r, s.token, "GET", u, nil, &pg); err == nil {
 			d.Next = pg.Next
 			d.Rows = make([][]cell, len(pg.Items))
@@ -69,7 +68,7 @@ func (c *Console) renderProject(w http.ResponseWriter, r *http.Request, s *sessi
 				// row's cells are put under them by environment id, so an
 				// environment created or deleted between the two reads
 				// cannot shift a cell under another's header.
-				byEnv := make(map[string]httpapi.MatrixCell, len(row.Cells))
+				byEnv := make(map[string]api.MatrixCell, len(row.Cells))
 				for _, mc := range row.Cells {
 					byEnv[mc.EnvironmentID] = mc
 				}
@@ -77,7 +76,7 @@ func (c *Console) renderProject(w http.ResponseWriter, r *http.Request, s *sessi
 				for j, env := range d.Envs {
 					mc, ok := byEnv[env.ID]
 					if !ok {
-						mc = httpapi.MatrixCell{EnvironmentID: env.ID, Environment: env.Name}
+						mc = api.MatrixCell{EnvironmentID: env.ID, Environment: env.Name}
 					}
 					d.Rows[i][j] = cell{Env: env.Name, Service: row.Service.Name, C: mc}
 					if mc.Held {
@@ -92,20 +91,20 @@ func (c *Console) renderProject(w http.ResponseWriter, r *http.Request, s *sessi
 	}
 	v := c.view(r, s, "Project "+d.Project.Name, d, "")
 	if err == nil && v.Can(string(domain.ScopeBuildsRead)) {
-		d.Deliveries, err = list[query.Delivery](c, r, s.token, pp+"/webhook/deliveries", 20)
+		d.Deliveries, err = list[api.Delivery](c, r, s.token, pp+"/webhook/deliveries", 20)
 	}
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
 	if v.Can(string(domain.ScopeProjectsWrite)) && v.Can(string(domain.ScopeServersRead)) {
-		d.Clusters, _ = list[query.Cluster](c, r, s.token, "/api/v1/orgs/"+esc(r.PathValue("org"))+"/clusters", 0)
+		d.Clusters, _ = list[api.Cluster](c, r, s.token, "/api/v1/orgs/"+esc(r.PathValue("org"))+"/clusters", 0)
 	}
 	c.render(w, r, http.StatusOK, "project", v)
 }
 
 func (c *Console) createEnvironment(w http.ResponseWriter, r *http.Request, s *session) {
-	req := httpapi.CreateEnvironmentRequest{Name: strings.TrimSpace(r.PostFormValue("name")), Cluster: r.PostFormValue("cluster"), Protected: r.PostFormValue("protected") == "on"}
+	req := api.CreateEnvironmentRequest{Name: strings.TrimSpace(r.PostFormValue("name")), Cluster: r.PostFormValue("cluster"), Protected: r.PostFormValue("protected") == "on"}
 	if _, err := c.call(r, s.token, "POST", apiPath(r, "/environments"), req, nil); err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -116,7 +115,7 @@ func (c *Console) createEnvironment(w http.ResponseWriter, r *http.Request, s *s
 func (c *Console) createService(w http.ResponseWriter, r *http.Request, s *session) {
 	// An image, or a Git repository that the service is built from (the
 	// API refuses both, or neither).
-	req := httpapi.ServiceRequest{Name: strings.TrimSpace(r.PostFormValue("name")), Image: strings.TrimSpace(r.PostFormValue("image")),
+	req := api.ServiceRequest{Name: strings.TrimSpace(r.PostFormValue("name")), Image: strings.TrimSpace(r.PostFormValue("image")),
 		GitURL: strings.TrimSpace(r.PostFormValue("gitUrl")), GitBranch: strings.TrimSpace(r.PostFormValue("gitBranch")),
 		Dockerfile: strings.TrimSpace(r.PostFormValue("dockerfile"))}
 	if p := r.PostFormValue("port"); p != "" {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 // Routes lists the console's routes ("METHOD PATTERN"), for the
@@ -130,7 +130,7 @@ func list[T any](c *Console, r *http.Request, token, p string, limit int) ([]T, 
 		if next != "" {
 			u += "&cursor=" + url.QueryEscape(next)
 		}
-		var pg httpapi.Page[T]
+		var pg api.Page[T]
 		if _, err := c.call(r, token, "GET", u, nil, &pg); err != nil {
 			return nil, err
 		}

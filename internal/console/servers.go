@@ -3,8 +3,7 @@ package console
 import (
 	"net/http"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 type serversData struct {
@@ -18,7 +17,7 @@ type serversData struct {
 func (c *Console) serversPage(w http.ResponseWriter, r *http.Request, s *session) {
 	d := serversData{Version: c.cfg.Version, Archs: map[string]string{}}
 	if s.me.User.InstanceAdmin {
-		var iu httpapi.InstanceUpgrade
+		var iu api.InstanceUpgrade
 		if _, err := c.call(r, s.token, "GET", "/api/v1/instance/upgrade", nil, &iu); err == nil {
 			d.Version = iu.Version
 			for _, sv := range iu.Servers {
@@ -26,7 +25,7 @@ func (c *Console) serversPage(w http.ResponseWriter, r *http.Request, s *session
 			}
 		}
 	}
-	cl, err := list[query.Cluster](c, r, s.token, apiPath(r, "/clusters"), 0)
+	cl, err := list[api.Cluster](c, r, s.token, apiPath(r, "/clusters"), 0)
 	if err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -34,7 +33,7 @@ func (c *Console) serversPage(w http.ResponseWriter, r *http.Request, s *session
 	for _, k := range cl {
 		var row clusterRow
 		row.Cluster = k
-		if row.Servers, err = list[query.Server](c, r, s.token, apiPath(r, "/clusters/"+esc(k.Name)+"/servers"), 0); err != nil {
+		if row.Servers, err = list[api.Server](c, r, s.token, apiPath(r, "/clusters/"+esc(k.Name)+"/servers"), 0); err != nil {
 			c.fail(w, r, s, err)
 			return
 		}
@@ -44,7 +43,7 @@ func (c *Console) serversPage(w http.ResponseWriter, r *http.Request, s *session
 }
 
 func (c *Console) upgradeOne(w http.ResponseWriter, r *http.Request, s *session) {
-	req := httpapi.UpgradeRequest{Force: r.PostFormValue("force") == "true"}
+	req := api.UpgradeRequest{Force: r.PostFormValue("force") == "true"}
 	if _, err := c.call(r, s.token, "POST", "/api/v1/servers/"+esc(r.PathValue("server"))+"/upgrade", req, nil); err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -53,7 +52,7 @@ func (c *Console) upgradeOne(w http.ResponseWriter, r *http.Request, s *session)
 }
 
 func (c *Console) upgradeAll(w http.ResponseWriter, r *http.Request, s *session) {
-	if _, err := c.call(r, s.token, "POST", "/api/v1/servers/upgrade", httpapi.RolloutRequest{Org: r.PathValue("org")}, nil); err != nil {
+	if _, err := c.call(r, s.token, "POST", "/api/v1/servers/upgrade", api.RolloutRequest{Org: r.PathValue("org")}, nil); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
@@ -61,7 +60,7 @@ func (c *Console) upgradeAll(w http.ResponseWriter, r *http.Request, s *session)
 }
 
 func (c *Console) instancePage(w http.ResponseWriter, r *http.Request, s *session) {
-	var d httpapi.InstanceUpgrade
+	var d api.InstanceUpgrade
 	if _, err := c.call(r, s.token, "GET", "/api/v1/instance/upgrade", nil, &d); err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -71,7 +70,7 @@ func (c *Console) instancePage(w http.ResponseWriter, r *http.Request, s *sessio
 
 func (c *Console) setAutoUpgrade(w http.ResponseWriter, r *http.Request, s *session) {
 	on := r.PostFormValue("agentAutoUpgrade") == "on"
-	if _, err := c.call(r, s.token, "PUT", "/api/v1/instance/settings", httpapi.SettingsRequest{AgentAutoUpgrade: &on}, nil); err != nil {
+	if _, err := c.call(r, s.token, "PUT", "/api/v1/instance/settings", api.SettingsRequest{AgentAutoUpgrade: &on}, nil); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}

@@ -10,14 +10,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 // session is a signed-in request.
 type session struct {
 	token string
-	me    httpapi.MeResponse
+	me    api.MeResponse
 }
 
 // authed runs h for a signed-in user (the session cookie's token, checked
@@ -61,7 +60,7 @@ func (c *Console) authed(h func(w http.ResponseWriter, r *http.Request, s *sessi
 			}
 			http.SetCookie(w, &http.Cookie{Name: noticeCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: c.secure(r), SameSite: http.SameSiteStrictMode})
 		}
-		if org := r.PathValue("org"); org != "" && !slices.ContainsFunc(s.me.Organisations, func(o query.Organisation) bool { return o.Name == org }) {
+		if org := r.PathValue("org"); org != "" && !slices.ContainsFunc(s.me.Organisations, func(o api.Organisation) bool { return o.Name == org }) {
 			// As in the API: to a non-member the organisation does not exist.
 			c.render(w, r, http.StatusNotFound, "error", c.view(r, s, "Not found", nil, "There is no organisation "+strconv.Quote(org)+"."))
 			return
@@ -109,8 +108,8 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.renderSignIn(w, r, http.StatusForbidden, "The sign-in form was stale or came from another site. Try again.")
 		return
 	}
-	var sess httpapi.SessionResponse
-	_, err = c.call(r, "", "POST", "/api/v1/sessions", httpapi.LoginRequest{Email: r.PostFormValue("email"), Password: r.PostFormValue("password")}, &sess)
+	var sess api.SessionResponse
+	_, err = c.call(r, "", "POST", "/api/v1/sessions", api.LoginRequest{Email: r.PostFormValue("email"), Password: r.PostFormValue("password")}, &sess)
 	if err != nil {
 		status, msg := http.StatusInternalServerError, err.Error()
 		if ae, ok := asAPIError(err); ok {

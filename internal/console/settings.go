@@ -6,21 +6,20 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 type settingsData struct {
 	Roles      []string
-	Members    []query.Member
-	Tokens     []query.Token
-	Clusters   []query.Cluster
+	Members    []api.Member
+	Tokens     []api.Token
+	Clusters   []api.Cluster
 	NewToken   string
-	JoinTokens map[string][]query.JoinToken
+	JoinTokens map[string][]api.JoinToken
 	// Servers are each cluster's servers (Revoke server).
-	Servers   map[string][]query.Server
-	Created   *httpapi.CreatedJoinToken
+	Servers   map[string][]api.Server
+	Created   *api.CreatedJoinToken
 	PublicURL string
 }
 
@@ -33,27 +32,27 @@ func (c *Console) renderSettings(w http.ResponseWriter, r *http.Request, s *sess
 	d.Roles = []string{string(domain.RoleViewer), string(domain.RoleMember), string(domain.RoleAdmin), string(domain.RoleOwner)}
 	v := c.view(r, s, "Settings", d, "")
 	var err error
-	if d.Members, err = list[query.Member](c, r, s.token, apiPath(r, "/members"), 0); err != nil {
+	if d.Members, err = list[api.Member](c, r, s.token, apiPath(r, "/members"), 0); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
-	if d.Tokens, err = list[query.Token](c, r, s.token, "/api/v1/tokens", 0); err != nil {
+	if d.Tokens, err = list[api.Token](c, r, s.token, "/api/v1/tokens", 0); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
-	d.Tokens = slices.DeleteFunc(d.Tokens, func(t query.Token) bool { return t.Session })
+	d.Tokens = slices.DeleteFunc(d.Tokens, func(t api.Token) bool { return t.Session })
 	if v.Can(string(domain.ScopeServersRead)) {
-		if d.Clusters, err = list[query.Cluster](c, r, s.token, apiPath(r, "/clusters"), 0); err != nil {
+		if d.Clusters, err = list[api.Cluster](c, r, s.token, apiPath(r, "/clusters"), 0); err != nil {
 			c.fail(w, r, s, err)
 			return
 		}
-		d.JoinTokens = map[string][]query.JoinToken{}
-		d.Servers = map[string][]query.Server{}
+		d.JoinTokens = map[string][]api.JoinToken{}
+		d.Servers = map[string][]api.Server{}
 		for _, k := range d.Clusters {
-			if jt, err := list[query.JoinToken](c, r, s.token, apiPath(r, "/clusters/"+esc(k.Name)+"/join-tokens"), 0); err == nil {
+			if jt, err := list[api.JoinToken](c, r, s.token, apiPath(r, "/clusters/"+esc(k.Name)+"/join-tokens"), 0); err == nil {
 				d.JoinTokens[k.Name] = jt
 			}
-			if sv, err := list[query.Server](c, r, s.token, apiPath(r, "/clusters/"+esc(k.Name)+"/servers"), 0); err == nil {
+			if sv, err := list[api.Server](c, r, s.token, apiPath(r, "/clusters/"+esc(k.Name)+"/servers"), 0); err == nil {
 				d.Servers[k.Name] = sv
 			}
 		}
@@ -63,7 +62,7 @@ func (c *Console) renderSettings(w http.ResponseWriter, r *http.Request, s *sess
 
 func (c *Console) createToken(w http.ResponseWriter, r *http.Request, s *session) {
 	_ = r.ParseForm()
-	req := httpapi.CreateTokenRequest{Name: strings.TrimSpace(r.PostFormValue("name")), Scopes: r.PostForm["scope"]}
+	req := api.CreateTokenRequest{Name: strings.TrimSpace(r.PostFormValue("name")), Scopes: r.PostForm["scope"]}
 	if n := strings.TrimSpace(r.PostFormValue("days")); n != "" {
 		// A bad expiry is refused, not read as none (0 makes a token
 		// that never expires).
@@ -77,7 +76,7 @@ func (c *Console) createToken(w http.ResponseWriter, r *http.Request, s *session
 		}
 		req.ExpiresInDays = days
 	}
-	var out httpapi.CreatedToken
+	var out api.CreatedToken
 	if _, err := c.call(r, s.token, "POST", "/api/v1/tokens", req, &out); err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -87,7 +86,7 @@ func (c *Console) createToken(w http.ResponseWriter, r *http.Request, s *session
 }
 
 func (c *Console) addMember(w http.ResponseWriter, r *http.Request, s *session) {
-	req := httpapi.AddMemberRequest{Email: strings.TrimSpace(r.PostFormValue("email")), Role: r.PostFormValue("role")}
+	req := api.AddMemberRequest{Email: strings.TrimSpace(r.PostFormValue("email")), Role: r.PostFormValue("role")}
 	if _, err := c.call(r, s.token, "POST", apiPath(r, "/members"), req, nil); err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -96,8 +95,8 @@ func (c *Console) addMember(w http.ResponseWriter, r *http.Request, s *session) 
 }
 
 func (c *Console) createCluster(w http.ResponseWriter, r *http.Request, s *session) {
-	var out httpapi.ClusterResponse
-	if _, err := c.call(r, s.token, "POST", apiPath(r, "/clusters"), httpapi.CreateClusterRequest{Name: strings.TrimSpace(r.PostFormValue("name"))}, &out); err != nil {
+	var out api.ClusterResponse
+	if _, err := c.call(r, s.token, "POST", apiPath(r, "/clusters"), api.CreateClusterRequest{Name: strings.TrimSpace(r.PostFormValue("name"))}, &out); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
@@ -105,8 +104,8 @@ func (c *Console) createCluster(w http.ResponseWriter, r *http.Request, s *sessi
 }
 
 func (c *Console) createJoinToken(w http.ResponseWriter, r *http.Request, s *session) {
-	var out httpapi.CreatedJoinToken
-	if _, err := c.call(r, s.token, "POST", apiPath(r, "/clusters/"+esc(r.PathValue("cluster"))+"/join-tokens"), httpapi.JoinTokenRequest{}, &out); err != nil {
+	var out api.CreatedJoinToken
+	if _, err := c.call(r, s.token, "POST", apiPath(r, "/clusters/"+esc(r.PathValue("cluster"))+"/join-tokens"), api.JoinTokenRequest{}, &out); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
@@ -115,7 +114,7 @@ func (c *Console) createJoinToken(w http.ResponseWriter, r *http.Request, s *ses
 
 func (c *Console) changeRole(w http.ResponseWriter, r *http.Request, s *session) {
 	role := r.PostFormValue("role")
-	if _, err := c.call(r, s.token, "PATCH", apiPath(r, "/members/"+esc(r.PathValue("user"))), httpapi.ChangeRoleRequest{Role: role}, nil); err != nil {
+	if _, err := c.call(r, s.token, "PATCH", apiPath(r, "/members/"+esc(r.PathValue("user"))), api.ChangeRoleRequest{Role: role}, nil); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}

@@ -6,21 +6,19 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
-	"github.com/nebulactrl/nebulactrl/internal/telemetry"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 type targetData struct {
 	Project, Env string
-	Target       httpapi.TargetView
-	Releases     []query.Release
-	Deployments  []httpapi.DeploymentView
-	Variables    []query.Variable
-	Domains      []query.Domain
+	Target       api.TargetView
+	Releases     []api.Release
+	Deployments  []api.DeploymentView
+	Variables    []api.Variable
+	Domains      []api.Domain
 	Replicas     int
 	// Scale is each process's replicas in this environment (Scale).
-	Scale  []query.ProcessReplicas
+	Scale  []api.ProcessReplicas
 	Events string
 	// Git is what a Git service has in this environment (nil for an
 	// image's).
@@ -32,19 +30,19 @@ func (c *Console) targetPage(w http.ResponseWriter, r *http.Request, s *session)
 	tp := apiPath(r)
 	_, err := c.call(r, s.token, "GET", tp, nil, &d.Target)
 	if err == nil {
-		d.Releases, err = list[query.Release](c, r, s.token, tp+"/releases", 0)
+		d.Releases, err = list[api.Release](c, r, s.token, tp+"/releases", 0)
 	}
 	if err == nil {
-		d.Deployments, err = list[httpapi.DeploymentView](c, r, s.token, tp+"/deployments", 10)
+		d.Deployments, err = list[api.DeploymentView](c, r, s.token, tp+"/deployments", 10)
 	}
 	if err == nil {
-		d.Variables, err = list[query.Variable](c, r, s.token, tp+"/variables", 0)
+		d.Variables, err = list[api.Variable](c, r, s.token, tp+"/variables", 0)
 	}
 	if err == nil {
-		d.Domains, err = list[query.Domain](c, r, s.token, tp+"/domains", 0)
+		d.Domains, err = list[api.Domain](c, r, s.token, tp+"/domains", 0)
 	}
 	if err == nil {
-		d.Scale, err = list[query.ProcessReplicas](c, r, s.token, tp+"/replicas", 0)
+		d.Scale, err = list[api.ProcessReplicas](c, r, s.token, tp+"/replicas", 0)
 	}
 	v := c.view(r, s, d.Target.Service.Name+" in "+d.Env, &d, "")
 	if err == nil && d.Target.Service.Source.GitURL != "" {
@@ -63,7 +61,7 @@ func (c *Console) targetPage(w http.ResponseWriter, r *http.Request, s *session)
 	for _, p := range d.Scale {
 		d.Replicas += p.Replicas
 	}
-	slices.SortFunc(d.Releases, func(a, b query.Release) int { return b.Number - a.Number })
+	slices.SortFunc(d.Releases, func(a, b api.Release) int { return b.Number - a.Number })
 	c.render(w, r, http.StatusOK, "target", v)
 }
 
@@ -71,8 +69,8 @@ func (c *Console) targetPage(w http.ResponseWriter, r *http.Request, s *session)
 // builds the tracked branch's head, or the commit asked for, and deploys
 // when the build succeeds (the API answers with the build).
 func (c *Console) deploy(w http.ResponseWriter, r *http.Request, s *session) {
-	var out httpapi.DeployResponse
-	req := httpapi.DeployRequest{Image: strings.TrimSpace(r.PostFormValue("image")), Commit: strings.TrimSpace(r.PostFormValue("commit"))}
+	var out api.DeployResponse
+	req := api.DeployRequest{Image: strings.TrimSpace(r.PostFormValue("image")), Commit: strings.TrimSpace(r.PostFormValue("commit"))}
 	if _, err := c.call(r, s.token, "POST", apiPath(r, "/deployments"), req, &out); err != nil {
 		c.fail(w, r, s, err)
 		return
@@ -80,7 +78,7 @@ func (c *Console) deploy(w http.ResponseWriter, r *http.Request, s *session) {
 	c.afterDeploy(w, r, out)
 }
 
-func (c *Console) afterDeploy(w http.ResponseWriter, r *http.Request, out httpapi.DeployResponse) {
+func (c *Console) afterDeploy(w http.ResponseWriter, r *http.Request, out api.DeployResponse) {
 	switch {
 	case out.Deployment != nil:
 		c.done(w, r, consolePath(r)+"/d/"+esc(out.Deployment.ID), "")
@@ -100,8 +98,8 @@ func (c *Console) rollback(w http.ResponseWriter, r *http.Request, s *session) {
 		c.render(w, r, http.StatusUnprocessableEntity, "error", c.view(r, s, "Invalid release", nil, "Choose a release number to roll back to."))
 		return
 	}
-	var out httpapi.DeployResponse
-	if _, err := c.call(r, s.token, "POST", apiPath(r, "/rollback"), httpapi.RollbackRequest{Release: n}, &out); err != nil {
+	var out api.DeployResponse
+	if _, err := c.call(r, s.token, "POST", apiPath(r, "/rollback"), api.RollbackRequest{Release: n}, &out); err != nil {
 		c.fail(w, r, s, err)
 		return
 	}
@@ -118,7 +116,7 @@ func (c *Console) resume(w http.ResponseWriter, r *http.Request, s *session) {
 
 type deploymentData struct {
 	Project, Env, Service string
-	D                     httpapi.DeploymentDetail
+	D                     api.DeploymentDetail
 	Events                string
 }
 
@@ -138,7 +136,7 @@ func (c *Console) deploymentEvents(w http.ResponseWriter, r *http.Request, s *se
 }
 
 type logsData struct {
-	Lines []telemetry.LogLine
+	Lines []api.LogLine
 	// Self is the fragment's own address: it reloads itself every few seconds.
 	Self string
 }
@@ -146,7 +144,7 @@ type logsData struct {
 // logs is the service's latest container log lines, a fragment that htmx
 // loads into the service page and refreshes.
 func (c *Console) logs(w http.ResponseWriter, r *http.Request, s *session) {
-	var page httpapi.LogPage
+	var page api.LogPage
 	if _, err := c.call(r, s.token, "GET", apiPath(r, "/logs?limit=200"), nil, &page); err != nil {
 		c.fail(w, r, s, err)
 		return

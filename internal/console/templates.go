@@ -9,9 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // noticeCookie carries the notice of an action to the page it redirects to.
@@ -23,8 +22,8 @@ type noticeKey struct{}
 type view struct {
 	Title   string
 	CSRF    string
-	Me      *httpapi.MeResponse
-	Org     *query.Organisation
+	Me      *api.MeResponse
+	Org     *api.Organisation
 	Version string
 	// Notice and Problem are shown at the top of the page.
 	Notice, Problem string
@@ -122,7 +121,7 @@ func (c *Console) view(r *http.Request, s *session, title string, data any, prob
 		v.Me = &s.me
 		v.principal = domain.Principal{UserID: s.me.User.ID, InstanceAdmin: s.me.User.InstanceAdmin, Roles: map[string]domain.Role{}}
 		for _, o := range s.me.Organisations {
-			v.principal.Roles[o.ID] = o.Role
+			v.principal.Roles[o.ID] = domain.Role(o.Role)
 		}
 		if name := r.PathValue("org"); name != "" {
 			for i := range s.me.Organisations {

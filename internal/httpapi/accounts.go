@@ -9,90 +9,11 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
-
-// SetupRequest creates the first user, who is the instance administrator,
-// and the first organisation.
-type SetupRequest struct {
-	Email        string `json:"email" input:"max=254"`
-	Name         string `json:"name,omitempty"`
-	Password     string `json:"password" input:"opaque"`
-	Organisation string `json:"organisation"`
-}
-
-// SetupResponse returns the first user's API token, shown once.
-type SetupResponse struct {
-	User         query.User         `json:"user"`
-	Organisation query.Organisation `json:"organisation"`
-	Token        string             `json:"token"`
-}
-
-// LoginRequest signs in with e-mail and password.
-type LoginRequest struct {
-	Email    string `json:"email" input:"max=254"`
-	Password string `json:"password" input:"opaque"`
-}
-
-// SessionResponse is a console session: a token that expires.
-type SessionResponse struct {
-	Token     string     `json:"token"`
-	ExpiresAt time.Time  `json:"expiresAt"`
-	User      query.User `json:"user"`
-}
-
-// MeResponse is who the caller is.
-type MeResponse struct {
-	User          query.User           `json:"user"`
-	Organisations []query.Organisation `json:"organisations"`
-	// Scopes of the token in use; absent for a console session.
-	Scopes []domain.Scope `json:"scopes,omitempty"`
-}
-
-// CreateTokenRequest creates an API token of the caller.
-type CreateTokenRequest struct {
-	Name   string   `json:"name"`
-	Scopes []string `json:"scopes"`
-	// ExpiresInDays, when set, makes the token expire.
-	ExpiresInDays int `json:"expiresInDays,omitempty"`
-}
-
-// CreatedToken is a new token; the secret is shown only here.
-type CreatedToken struct {
-	query.Token
-	Secret string `json:"token"`
-}
-
-// CreateUserRequest lets the instance administrator add a user.
-type CreateUserRequest struct {
-	Email         string `json:"email" input:"max=254"`
-	Name          string `json:"name,omitempty"`
-	Password      string `json:"password" input:"opaque"`
-	InstanceAdmin bool   `json:"instanceAdmin,omitempty"`
-}
-
-// CreateOrganisationRequest creates an organisation owned by the caller.
-type CreateOrganisationRequest struct {
-	Name string `json:"name"`
-}
-
-// AddMemberRequest adds a user by e-mail with a role.
-type AddMemberRequest struct {
-	Email string `json:"email" input:"max=254"`
-	Role  string `json:"role"`
-}
-
-// ChangeRoleRequest changes a member's role.
-type ChangeRoleRequest struct {
-	Role string `json:"role"`
-}
-
-// SettingsRequest changes instance settings.
-type SettingsRequest struct {
-	AgentAutoUpgrade *bool `json:"agentAutoUpgrade"`
-}
 
 func validatePassword(pw string) error {
 	if len(pw) < 12 {
@@ -105,7 +26,7 @@ func validatePassword(pw string) error {
 }
 
 func (a *API) setup(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req SetupRequest
+	var req api.SetupRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -163,8 +84,8 @@ func (a *API) setup(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 	if err != nil {
 		return 0, nil, err
 	}
-	org.Role = domain.RoleOwner
-	return http.StatusCreated, SetupResponse{User: user, Organisation: org, Token: tok}, nil
+	org.Role = string(domain.RoleOwner)
+	return http.StatusCreated, api.SetupResponse{User: user, Organisation: org, Token: tok}, nil
 }
 
 func (a *API) issueToken(ctx context.Context, cc dispatch.Context, userID, name string, scopes []domain.Scope, expires *time.Time) (string, dispatch.Result, error) {
@@ -177,7 +98,7 @@ func (a *API) issueToken(ctx context.Context, cc dispatch.Context, userID, name 
 }
 
 func (a *API) login(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req LoginRequest
+	var req api.LoginRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -236,7 +157,7 @@ func (a *API) login(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 	if err := a.settle(ctx, res); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusCreated, SessionResponse{Token: tok, ExpiresAt: expires, User: user}, nil
+	return http.StatusCreated, api.SessionResponse{Token: tok, ExpiresAt: expires, User: user}, nil
 }
 
 func (a *API) logout(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -257,7 +178,7 @@ func (a *API) me(w http.ResponseWriter, r *http.Request, c *call) (int, any, err
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, MeResponse{User: user, Organisations: orgs, Scopes: c.principal.TokenScopes}, nil
+	return http.StatusOK, api.MeResponse{User: user, Organisations: orgs, Scopes: scopeNames(c.principal.TokenScopes)}, nil
 }
 
 func (a *API) listTokens(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -266,7 +187,7 @@ func (a *API) listTokens(w http.ResponseWriter, r *http.Request, c *call) (int, 
 }
 
 func (a *API) createToken(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req CreateTokenRequest
+	var req api.CreateTokenRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -307,7 +228,7 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request, c *call) (int,
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusCreated, CreatedToken{Token: t, Secret: tok}, nil
+	return http.StatusCreated, api.CreatedToken{Token: t, Secret: tok}, nil
 }
 
 func containsScope(list []domain.Scope, s domain.Scope) bool {
@@ -337,7 +258,7 @@ func (a *API) listUsers(w http.ResponseWriter, r *http.Request, c *call) (int, a
 }
 
 func (a *API) createUser(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req CreateUserRequest
+	var req api.CreateUserRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -370,7 +291,7 @@ func (a *API) listOrganisations(w http.ResponseWriter, r *http.Request, c *call)
 }
 
 func (a *API) createOrganisation(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req CreateOrganisationRequest
+	var req api.CreateOrganisationRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -384,13 +305,13 @@ func (a *API) createOrganisation(w http.ResponseWriter, r *http.Request, c *call
 		return 0, nil, err
 	}
 	org, err := query.OrganisationByName(ctx, a.pool, req.Name)
-	org.Role = domain.RoleOwner
+	org.Role = string(domain.RoleOwner)
 	return http.StatusCreated, org, err
 }
 
 func (a *API) getOrganisation(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	org := c.org
-	org.Role = c.principal.Roles[org.ID]
+	org.Role = string(c.principal.Roles[org.ID])
 	return http.StatusOK, org, nil
 }
 
@@ -400,7 +321,7 @@ func (a *API) listMembers(w http.ResponseWriter, r *http.Request, c *call) (int,
 }
 
 func (a *API) addMember(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req AddMemberRequest
+	var req api.AddMemberRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -451,7 +372,7 @@ func (a *API) member(ctx context.Context, orgID, userID string, status int) (int
 }
 
 func (a *API) changeMember(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req ChangeRoleRequest
+	var req api.ChangeRoleRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -496,7 +417,7 @@ func (a *API) getSettings(w http.ResponseWriter, r *http.Request, c *call) (int,
 }
 
 func (a *API) updateSettings(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req SettingsRequest
+	var req api.SettingsRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -540,21 +461,11 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 	if err != nil {
 		return 0, nil, err
 	}
-	page := AuditPage{Items: rows}
+	page := api.AuditPage{Items: rows}
 	if next != 0 {
 		page.Next = strconv.FormatInt(next, 10)
 	}
 	return http.StatusOK, page, nil
-}
-
-// AuditPage is one page of the audit log, in the envelope of every list:
-// its entries in seq order and, when the page is full, the cursor of the
-// next page (pass it as ?cursor=, with the same filters). Next is absent
-// when there is nothing more to read yet.
-type AuditPage struct {
-	Items []query.AuditEntry `json:"items"`
-	// Next is absent on the last page.
-	Next string `json:"next,omitempty"`
 }
 
 // seqCursor reads ?cursor= of a list paged by sequence number (the audit
@@ -569,4 +480,16 @@ func seqCursor(r *http.Request) (int64, error) {
 		return 0, badRequest("query parameter cursor is not a cursor this API gave (use the next of the previous page)")
 	}
 	return n, nil
+}
+
+// scopeNames are the scopes as the API names them.
+func scopeNames(scopes []domain.Scope) []string {
+	if scopes == nil {
+		return nil
+	}
+	out := make([]string, len(scopes))
+	for i, s := range scopes {
+		out[i] = string(s)
+	}
+	return out
 }

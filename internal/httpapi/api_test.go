@@ -12,8 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -73,7 +72,7 @@ func TestBadBodiesChangeNothing(t *testing.T) {
 		require.Equal(t, tc.code, code)
 		require.NotEmpty(t, msg)
 	}
-	var projects []query.Project
+	var projects []api.Project
 	c.do("GET", "/api/v1/orgs/acme/projects", root, nil).items(t, &projects)
 	require.Empty(t, projects)
 	r := c.do("GET", "/api/v1/orgs/acme/audit?limit=0", root, nil)
@@ -99,7 +98,7 @@ func TestIdempotencyKeyCreatesOnceAcrossReplicas(t *testing.T) {
 	require.Equal(t, 422, other.status)
 	code, _ := other.errorCode(t)
 	require.Equal(t, "idempotency_key_reused", code)
-	var projects []query.Project
+	var projects []api.Project
 	ca.do("GET", "/api/v1/orgs/acme/projects", root, nil).items(t, &projects)
 	require.Len(t, projects, 1)
 	// Without a key, the same request is a duplicate name.
@@ -199,4 +198,4 @@ func TestTwoReplicas(t *testing.T) {
 	require.Equal(t, 200, r.status)
 }
 
-var _ = httpapi.Error{}
+var _ = api.Error{}

@@ -9,17 +9,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
 // auditOf reads an organisation audit stream's next event as an entry.
-func auditOf(t *testing.T, s *stream) query.AuditEntry {
+func auditOf(t *testing.T, s *stream) api.AuditEntry {
 	t.Helper()
 	e := s.next()
 	require.Equal(t, "audit", e.name, "%s", e.data)
-	var a query.AuditEntry
+	var a api.AuditEntry
 	require.NoError(t, json.Unmarshal(e.data, &a))
 	require.Equal(t, strconv.FormatInt(a.Seq, 10), e.id, "an audit event's id is its seq")
 	return a
@@ -80,7 +79,7 @@ func TestOrganisationAuditEventStream(t *testing.T) {
 	resumed.validate()
 
 	// The stream's entries are the list's.
-	var page httpapi.AuditPage
+	var page api.AuditPage
 	must(c.do("GET", "/api/v1/orgs/acme/audit?cursor="+strconv.FormatInt(first.Seq-1, 10)+"&limit=2", root, nil), 200).json(t, &page)
 	require.Len(t, page.Items, 2)
 	require.Equal(t, []int64{first.Seq, second.Seq}, []int64{page.Items[0].Seq, page.Items[1].Seq})
@@ -94,7 +93,7 @@ func TestOrganisationAuditEventStream(t *testing.T) {
 	r = c.do("GET", "/api/v1/orgs/acme/audit?cursor=abc", root, nil)
 	require.Equal(t, http.StatusBadRequest, r.status, string(r.body))
 	require.Equal(t, http.StatusNotFound, c.do("GET", events, other, nil).status, "globex's owner does not see acme")
-	var reader httpapi.CreatedToken
+	var reader api.CreatedToken
 	must(c.do("POST", "/api/v1/tokens", root, map[string]any{"name": "reader", "scopes": []string{"projects:read"}}), 201).json(t, &reader)
 	r = c.do("GET", events, reader.Secret, nil)
 	require.Equal(t, http.StatusForbidden, r.status, string(r.body))

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
@@ -72,7 +73,7 @@ func login(t *testing.T, c *client, email string) string {
 	t.Helper()
 	r := c.do("POST", "/api/v1/sessions", "", map[string]string{"email": email, "password": "correct horse battery staple"})
 	require.Equal(t, http.StatusCreated, r.status, string(r.body))
-	var s httpapi.SessionResponse
+	var s api.SessionResponse
 	r.json(t, &s)
 	return s.Token
 }
@@ -105,7 +106,7 @@ func newFixture(t *testing.T) *fixture {
 	for _, s := range domain.Scopes {
 		r := c.do("POST", "/api/v1/tokens", root, map[string]any{"name": "only-" + strings.ReplaceAll(string(s), ":", "-"), "scopes": []string{string(s)}})
 		must(r, 201)
-		var tok httpapi.CreatedToken
+		var tok api.CreatedToken
 		r.json(t, &tok)
 		f.people = append(f.people, principal{name: "token with " + string(s), token: tok.Secret, role: domain.RoleOwner, admin: true, scopes: []domain.Scope{s}})
 	}
@@ -193,7 +194,7 @@ func TestRequestsWithoutAValidTokenAreRefused(t *testing.T) {
 	// A revoked token stops working at once.
 	r := c.do("POST", "/api/v1/tokens", root, map[string]any{"name": "ci", "scopes": []string{"projects:read"}})
 	require.Equal(t, 201, r.status)
-	var tok httpapi.CreatedToken
+	var tok api.CreatedToken
 	r.json(t, &tok)
 	require.Equal(t, 200, c.do("GET", "/api/v1/orgs/acme/projects", tok.Secret, nil).status)
 	require.Equal(t, 204, c.do("DELETE", "/api/v1/tokens/"+tok.ID, root, nil).status)

@@ -3,26 +3,13 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"time"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/backup"
 )
 
-// Backup is one control-plane backup in the destination, as its manifest
-// describes it (the dump's file name, never a path on the server's disk).
-type Backup struct {
-	Dump          string    `json:"dump"`
-	Version       string    `json:"version"`
-	Time          time.Time `json:"time"`
-	Trigger       string    `json:"trigger"`
-	TargetVersion string    `json:"targetVersion,omitempty"`
-	DatabaseSize  int64     `json:"databaseSizeBytes"`
-	DumpSize      int64     `json:"dumpSizeBytes"`
-	SHA256        string    `json:"sha256"`
-}
-
-func backupView(m backup.Manifest) Backup {
-	return Backup{Dump: m.Dump, Version: m.Version, Time: m.Time, Trigger: m.Trigger, TargetVersion: m.TargetVersion,
+func backupView(m backup.Manifest) api.Backup {
+	return api.Backup{Dump: m.Dump, Version: m.Version, Time: m.Time, Trigger: m.Trigger, TargetVersion: m.TargetVersion,
 		DatabaseSize: m.DatabaseSize, DumpSize: m.DumpSize, SHA256: m.SHA256}
 }
 
@@ -41,7 +28,7 @@ func (a *API) listBackups(w http.ResponseWriter, r *http.Request, c *call) (int,
 	if err != nil {
 		return 0, nil, err
 	}
-	out := make([]Backup, 0, len(ms))
+	out := make([]api.Backup, 0, len(ms))
 	for _, m := range ms {
 		out = append(out, backupView(m))
 	}

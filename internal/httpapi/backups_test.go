@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	nebula "github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/internal/backup"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -26,7 +26,7 @@ func TestBackupsThroughTheAPI(t *testing.T) {
 
 	r := c.do("POST", "/api/v1/instance/backups", root, nil)
 	require.Equal(t, 201, r.status, string(r.body))
-	var b httpapi.Backup
+	var b api.Backup
 	r.json(t, &b)
 	require.Equal(t, backup.TriggerManual, b.Trigger)
 	require.Equal(t, "test", b.Version)
@@ -36,7 +36,7 @@ func TestBackupsThroughTheAPI(t *testing.T) {
 	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 	require.NotContains(t, string(r.body), dir, "the answer names no path on the server")
 
-	var list []httpapi.Backup
+	var list []api.Backup
 	c.do("GET", "/api/v1/instance/backups", root, nil).items(t, &list)
 	require.Len(t, list, 1)
 	require.Equal(t, b, list[0])

@@ -9,15 +9,14 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/forge"
 	"github.com/nebulactrl/nebulactrl/internal/query"
-	"github.com/nebulactrl/nebulactrl/internal/telemetry"
 )
 
 // Builds from Git: the projects' push webhook endpoints, the builds and
@@ -32,64 +31,12 @@ const HookPath = "/api/v1/hooks/git/"
 // a few hundred; more is refused (413) before anything is read further.
 const maxHookBody = 1 << 20
 
-// WebhookInfo is a project's push webhook: where forges deliver, and
-// whether a secret is set (the secret itself is shown once, when made).
-type WebhookInfo struct {
-	URL       string     `json:"url"`
-	SecretSet bool       `json:"secretSet"`
-	RotatedAt *time.Time `json:"rotatedAt,omitempty"`
-	// PreviousUntil is when the secret before the last rotation stops
-	// being accepted.
-	PreviousUntil *time.Time `json:"previousUntil,omitempty"`
-	// ContentType is what the forge must send (application/json).
-	ContentType string `json:"contentType"`
-}
-
-// WebhookSecret is a new webhook secret, shown once.
-type WebhookSecret struct {
-	WebhookInfo
-	Secret string `json:"secret"`
-}
-
-// HookResponse answers a forge.
-type HookResponse struct {
-	// Outcome is building, ignored, ping or duplicate (a redelivery).
-	Outcome    string   `json:"outcome"`
-	Reason     string   `json:"reason,omitempty"`
-	DeliveryID string   `json:"deliveryId,omitempty"`
-	Builds     []string `json:"builds,omitempty"`
-}
-
-// TrackRequest sets the branch a Git service follows in an environment:
-// a branch, or none.
-type TrackRequest struct {
-	Branch string `json:"branch,omitempty"`
-	None   bool   `json:"none,omitempty"`
-}
-
-// TrackingView is the branch a service follows in an environment ("" with
-// untracked true: none).
-type TrackingView struct {
-	Branch    string `json:"branch"`
-	Untracked bool   `json:"untracked"`
-}
-
-// BuildLogPage is a page of a build's output; Next is the position to
-// follow from (always present).
-type BuildLogPage struct {
-	Items []telemetry.BuildLine `json:"items"`
-	Next  string                `json:"next"`
-}
-
-// BuildLogEvent is the data of a build log stream's "line" event.
-type BuildLogEvent = telemetry.BuildLine
-
 func (a *API) hookURL(projectID string) string {
 	return strings.TrimSuffix(a.cfg.PublicURL, "/") + HookPath + projectID
 }
 
-func (a *API) webhookInfo(ctx context.Context, projectID string) (WebhookInfo, error) {
-	info := WebhookInfo{URL: a.hookURL(projectID), ContentType: "application/json"}
+func (a *API) webhookInfo(ctx context.Context, projectID string) (api.WebhookInfo, error) {
+	info := api.WebhookInfo{URL: a.hookURL(projectID), ContentType: "application/json"}
 	w, err := query.ProjectWebhook(ctx, a.pool, projectID)
 	if errors.Is(err, query.ErrNotFound) {
 		return info, nil
@@ -126,7 +73,7 @@ func (a *API) rotateWebhook(w http.ResponseWriter, r *http.Request, c *call) (in
 		return 0, nil, err
 	}
 	info, err := a.webhookInfo(ctx, c.project.ID)
-	return http.StatusOK, WebhookSecret{WebhookInfo: info, Secret: secret}, err
+	return http.StatusOK, api.WebhookSecret{WebhookInfo: info, Secret: secret}, err
 }
 
 func (a *API) listDeliveries(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -197,9 +144,9 @@ func (a *API) receiveHook(w http.ResponseWriter, r *http.Request, c *call) (int,
 		return 0, nil, err
 	}
 	if len(res.Events) == 0 {
-		return http.StatusOK, HookResponse{Outcome: "duplicate", Reason: "this delivery was received before", DeliveryID: id}, nil
+		return http.StatusOK, api.HookResponse{Outcome: "duplicate", Reason: "this delivery was received before", DeliveryID: id}, nil
 	}
-	resp := HookResponse{Outcome: cmd.Outcome, Reason: cmd.Reason, DeliveryID: id}
+	resp := api.HookResponse{Outcome: cmd.Outcome, Reason: cmd.Reason, DeliveryID: id}
 	for _, b := range cmd.Builds {
 		resp.Builds = append(resp.Builds, domain.BuildID(b.ServiceID, cmd.Commit, b.ClusterID))
 	}
@@ -226,7 +173,7 @@ func (a *API) openHookSecrets(ctx context.Context, w query.Webhook) (forge.Secre
 // the project's Git services that build from the pushed repository, on each
 // cluster with environments that track the pushed branch (matched exactly),
 // or ignored with the reason.
-func (a *API) deliveryOutcome(ctx context.Context, project query.Project, d forge.Delivery) (domain.RecordDelivery, error) {
+func (a *API) deliveryOutcome(ctx context.Context, project api.Project, d forge.Delivery) (domain.RecordDelivery, error) {
 	cmd := domain.RecordDelivery{ProjectID: project.ID, Provider: string(d.Provider), ForgeID: d.ID, Event: d.Event}
 	ignore := func(reason string) (domain.RecordDelivery, error) {
 		cmd.Outcome, cmd.Reason = domain.DeliveryIgnored, reason
@@ -296,7 +243,7 @@ func (a *API) deliveryOutcome(ctx context.Context, project query.Project, d forg
 }
 
 func (a *API) track(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req TrackRequest
+	var req api.TrackRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -316,7 +263,7 @@ func (a *API) getTracking(w http.ResponseWriter, r *http.Request, c *call) (int,
 		return 0, nil, err
 	}
 	b := query.TrackedBranch(ts, c.env.ID, c.service)
-	return http.StatusOK, TrackingView{Branch: b, Untracked: b == ""}, nil
+	return http.StatusOK, api.TrackingView{Branch: b, Untracked: b == ""}, nil
 }
 
 func (a *API) listBuilds(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -379,7 +326,7 @@ func (a *API) buildLogs(w http.ResponseWriter, r *http.Request, c *call) (int, a
 	if len(lines) > 0 {
 		next = lines[len(lines)-1].ID
 	}
-	return http.StatusOK, BuildLogPage{Items: lines, Next: strconv.FormatInt(next, 10)}, nil
+	return http.StatusOK, api.BuildLogPage{Items: lines, Next: strconv.FormatInt(next, 10)}, nil
 }
 
 // buildLogEvents streams a build's output: a "build" snapshot first, a
@@ -441,7 +388,7 @@ func (a *API) buildLogEvents(w http.ResponseWriter, r *http.Request, c *call) (i
 // there when it succeeds. The commit is the one asked for, or the tracked
 // branch's head as the last push said (without one, the cluster builds the
 // branch's head as it finds it).
-func (a *API) deployGit(ctx context.Context, r *http.Request, c *call, req DeployRequest) (int, any, error) {
+func (a *API) deployGit(ctx context.Context, r *http.Request, c *call, req api.DeployRequest) (int, any, error) {
 	commit := strings.TrimSpace(req.Commit)
 	if commit != "" {
 		if err := domain.ValidateCommit(commit); err != nil {
@@ -472,7 +419,7 @@ func (a *API) deployGit(ctx context.Context, r *http.Request, c *call, req Deplo
 				return 0, nil, err
 			}
 			st, body, err := a.deployResponse(ctx, res, cmd.DeploymentID)
-			if resp, ok := body.(DeployResponse); ok {
+			if resp, ok := body.(api.DeployResponse); ok {
 				resp.Build = &b
 				body = resp
 			}
@@ -499,5 +446,5 @@ func (a *API) deployGit(ctx context.Context, r *http.Request, c *call, req Deplo
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusAccepted, DeployResponse{Build: &b}, nil
+	return http.StatusAccepted, api.DeployResponse{Build: &b}, nil
 }

@@ -5,23 +5,15 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
-// ChangeSetDecision approves or rejects a change set. An approval must name
-// the version of the change set it approves, as the change set's read shows
-// it: 422 without one, 409 when changes joined the change set since (review
-// it again). A rejection may give a reason.
-type ChangeSetDecision struct {
-	Reason  string `json:"reason,omitempty" input:"text,max=4096"`
-	Version int    `json:"version,omitempty"`
-}
-
 // changeSetOf returns the change set a command opened, or the open one of
 // the same person that the change joined, if the change waits in one.
-func (a *API) changeSetOf(ctx context.Context, res dispatch.Result) (*query.ChangeSet, error) {
+func (a *API) changeSetOf(ctx context.Context, res dispatch.Result) (*api.ChangeSet, error) {
 	for _, e := range res.Events {
 		id := ""
 		switch cs := e.(type) {
@@ -53,13 +45,7 @@ func (a *API) listChangeSets(w http.ResponseWriter, r *http.Request, c *call) (i
 	return http.StatusOK, cs, err
 }
 
-// ChangeSetView is a change set with what each of its changes changes.
-type ChangeSetView struct {
-	query.ChangeSet
-	Diff []query.ChangeDiff `json:"diff"`
-}
-
-func (a *API) changeSetIn(ctx context.Context, c *call, id string) (query.ChangeSet, error) {
+func (a *API) changeSetIn(ctx context.Context, c *call, id string) (api.ChangeSet, error) {
 	cs, err := query.ChangeSetByID(ctx, a.pool, id)
 	if err != nil && !isNotFound(err) {
 		return cs, err
@@ -77,12 +63,12 @@ func (a *API) getChangeSet(w http.ResponseWriter, r *http.Request, c *call) (int
 		return 0, nil, err
 	}
 	diff, err := query.ChangeSetDiff(ctx, a.pool, cs)
-	return http.StatusOK, ChangeSetView{ChangeSet: cs, Diff: diff}, err
+	return http.StatusOK, api.ChangeSetView{ChangeSet: cs, Diff: diff}, err
 }
 
 func (a *API) decideChangeSet(approve bool) func(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	return func(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-		var req ChangeSetDecision
+		var req api.ChangeSetDecision
 		if len(strings.TrimSpace(string(c.body))) > 0 {
 			if err := decodeJSON(c.body, &req); err != nil {
 				return 0, nil, err

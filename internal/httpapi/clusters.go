@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -16,32 +17,7 @@ import (
 // joinTokenTTL is how long a join token lasts unless asked otherwise.
 const joinTokenTTL = 24 * time.Hour
 
-// CreateClusterRequest creates a cluster with its first join token.
-type CreateClusterRequest struct {
-	Name string `json:"name"`
-	// ExpiresInHours bounds the join token's life (default 24, at most 720).
-	ExpiresInHours int `json:"expiresInHours,omitempty"`
-}
-
-// JoinTokenRequest issues another join token.
-type JoinTokenRequest struct {
-	ExpiresInHours int `json:"expiresInHours,omitempty"`
-}
-
-// CreatedJoinToken is a join token; its secret is shown only here.
-type CreatedJoinToken struct {
-	query.JoinToken
-	Token string `json:"token"`
-}
-
-// ClusterResponse is a cluster, with its first join token when just created.
-type ClusterResponse struct {
-	query.Cluster
-	Status    query.ClusterStatus `json:"status"`
-	JoinToken *CreatedJoinToken   `json:"joinToken,omitempty"`
-}
-
-func (a *API) clusterStatus(ctx context.Context, clusterID string) (query.ClusterStatus, error) {
+func (a *API) clusterStatus(ctx context.Context, clusterID string) (api.ClusterStatus, error) {
 	return query.StatusOfCluster(ctx, a.pool, clusterID, a.cfg.Now(), transport.DisconnectedAfter)
 }
 
@@ -66,7 +42,7 @@ func (a *API) listClusters(w http.ResponseWriter, r *http.Request, c *call) (int
 }
 
 func (a *API) createCluster(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req CreateClusterRequest
+	var req api.CreateClusterRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -91,12 +67,12 @@ func (a *API) createCluster(w http.ResponseWriter, r *http.Request, c *call) (in
 	if err != nil || len(toks) == 0 {
 		return 0, nil, errors.Join(err, errors.New("the new cluster has no join token"))
 	}
-	return http.StatusCreated, ClusterResponse{Cluster: cl, Status: query.ClusterStatus{State: query.StateDisconnected}, JoinToken: &CreatedJoinToken{JoinToken: toks[0], Token: secret}}, nil
+	return http.StatusCreated, api.ClusterResponse{Cluster: cl, Status: api.ClusterStatus{State: api.StateDisconnected}, JoinToken: &api.CreatedJoinToken{JoinToken: toks[0], Token: secret}}, nil
 }
 
 func (a *API) getCluster(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	st, err := a.clusterStatus(r.Context(), c.cluster.ID)
-	return http.StatusOK, ClusterResponse{Cluster: c.cluster, Status: st}, err
+	return http.StatusOK, api.ClusterResponse{Cluster: c.cluster, Status: st}, err
 }
 
 func (a *API) revokeServer(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -134,7 +110,7 @@ func (a *API) listJoinTokens(w http.ResponseWriter, r *http.Request, c *call) (i
 }
 
 func (a *API) createJoinToken(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req JoinTokenRequest
+	var req api.JoinTokenRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -154,7 +130,7 @@ func (a *API) createJoinToken(w http.ResponseWriter, r *http.Request, c *call) (
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusCreated, CreatedJoinToken{JoinToken: t, Token: secret}, nil
+	return http.StatusCreated, api.CreatedJoinToken{JoinToken: t, Token: secret}, nil
 }
 
 func (a *API) revokeJoinToken(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {

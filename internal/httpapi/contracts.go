@@ -14,9 +14,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 
@@ -183,33 +183,33 @@ func (a *API) streamVersion(ctx context.Context, stream string) (int, error) {
 func location(r *http.Request, body any) string {
 	collection := strings.TrimSuffix(r.URL.EscapedPath(), "/")
 	switch b := body.(type) {
-	case SetupResponse:
+	case api.SetupResponse:
 		return "/api/v1/orgs/" + url.PathEscape(b.Organisation.Name)
-	case SessionResponse:
+	case api.SessionResponse:
 		// A session is the caller of /api/v1/me with its token (signing
 		// out is DELETE /api/v1/sessions/current).
 		return "/api/v1/me"
-	case CreatedToken:
+	case api.CreatedToken:
 		return collection + "/" + url.PathEscape(b.ID)
-	case query.User:
+	case api.User:
 		return collection + "/" + url.PathEscape(b.ID)
-	case query.Organisation:
+	case api.Organisation:
 		return collection + "/" + url.PathEscape(b.Name)
-	case query.Member:
+	case api.Member:
 		return collection + "/" + url.PathEscape(b.UserID)
-	case ClusterResponse:
+	case api.ClusterResponse:
 		return collection + "/" + url.PathEscape(b.Name)
-	case CreatedJoinToken:
+	case api.CreatedJoinToken:
 		return collection + "/" + url.PathEscape(b.ID)
-	case query.Project:
+	case api.Project:
 		return collection + "/" + url.PathEscape(b.Name)
-	case query.Environment:
+	case api.Environment:
 		return collection + "/" + url.PathEscape(b.Name)
-	case query.Service:
+	case api.Service:
 		return collection + "/" + url.PathEscape(b.Name)
-	case query.Domain:
+	case api.Domain:
 		return collection + "/" + url.PathEscape(b.Host)
-	case Backup:
+	case api.Backup:
 		return collection + "/" + url.PathEscape(b.Dump)
 	}
 	// Anything else is named by its id or name, as lists page by it.
@@ -234,15 +234,6 @@ func locationOfReplay(r *http.Request, rt route, body []byte) string {
 }
 
 // --- Pagination ------------------------------------------------------------
-
-// Page is one page of a list, for Go programs that read the API: its items
-// and, when there are more, the cursor of the next page (pass it as
-// ?cursor=, with the same filters).
-type Page[T any] struct {
-	Items []T `json:"items"`
-	// Next is absent on the last page.
-	Next string `json:"next,omitempty"`
-}
 
 const (
 	defaultPageSize = 100

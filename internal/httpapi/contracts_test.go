@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -40,7 +40,7 @@ func twoClusters(t *testing.T) (*client, string) {
 func TestConcurrentPatchesWithTheSameIfMatch(t *testing.T) {
 	t.Parallel()
 	c, root := twoClusters(t)
-	var clusters []query.Cluster
+	var clusters []api.Cluster
 	c.do("GET", "/api/v1/orgs/acme/clusters", root, nil).items(t, &clusters)
 	ids := map[string]string{}
 	for _, cl := range clusters {
@@ -51,7 +51,7 @@ func TestConcurrentPatchesWithTheSameIfMatch(t *testing.T) {
 		require.Equal(t, 200, read.status)
 		tag := read.header.Get("ETag")
 		require.Regexp(t, `^"project-[0-9a-f-]+\.\d+"$`, tag)
-		var now query.Environment
+		var now api.Environment
 		read.json(t, &now)
 		// Two real changes (neither leaves the environment where it is).
 		var targets []string
@@ -85,7 +85,7 @@ func TestConcurrentPatchesWithTheSameIfMatch(t *testing.T) {
 		newTag := answers[won].header.Get("ETag")
 		require.NotEmpty(t, newTag)
 		require.NotEqual(t, tag, newTag, "the change made a new version")
-		var env query.Environment
+		var env api.Environment
 		after := c.do("GET", staging, root, nil)
 		after.json(t, &env)
 		require.Equal(t, ids[targets[won]], env.ClusterID, "round %d: the read shows the change that was made", round)
@@ -128,7 +128,7 @@ func TestIfMatch(t *testing.T) {
 	again := c.do("GET", staging, root, nil)
 	require.Equal(t, 200, again.status)
 	require.Equal(t, fresh, again.header.Get("ETag"))
-	var vars []query.Variable
+	var vars []api.Variable
 	c.do("GET", staging+"/variables", root, nil).items(t, &vars)
 	require.Len(t, vars, 1)
 	require.Equal(t, "1", vars[0].Value)
@@ -165,7 +165,7 @@ func TestIfMatch(t *testing.T) {
 	r = c.do("PATCH", "/api/v1/instance/settings", root, map[string]any{"agentAutoUpgrade": false}, "If-Match", set.header.Get("ETag"))
 	require.Equal(t, 200, r.status, string(r.body))
 	require.Equal(t, 412, c.do("PATCH", "/api/v1/instance/settings", root, map[string]any{"agentAutoUpgrade": true}, "If-Match", set.header.Get("ETag")).status)
-	var settings query.InstanceSettings
+	var settings api.InstanceSettings
 	c.do("GET", "/api/v1/instance/settings", root, nil).json(t, &settings)
 	require.False(t, settings.AgentAutoUpgrade)
 	org := c.do("GET", "/api/v1/orgs/acme", root, nil)
@@ -257,7 +257,7 @@ func TestListsArePaged(t *testing.T) {
 		name := "p" + strconv.Itoa(i)
 		require.Equal(t, 201, c.do("POST", "/api/v1/orgs/acme/projects", root, map[string]any{"name": name}).status)
 	}
-	var all []query.Project
+	var all []api.Project
 	whole := c.do("GET", "/api/v1/orgs/acme/projects", root, nil)
 	whole.items(t, &all)
 	for _, p := range all {
@@ -281,8 +281,8 @@ func TestListsArePaged(t *testing.T) {
 			r := c.do("GET", path, root, nil)
 			require.Equal(t, 200, r.status, string(r.body))
 			var p struct {
-				Items []query.Project `json:"items"`
-				Next  string          `json:"next"`
+				Items []api.Project `json:"items"`
+				Next  string        `json:"next"`
 			}
 			r.json(t, &p)
 			require.LessOrEqual(t, len(p.Items), limit)
@@ -349,8 +349,8 @@ func TestListsArePaged(t *testing.T) {
 			path += "&cursor=" + next
 		}
 		var p struct {
-			Items []query.Variable `json:"items"`
-			Next  string           `json:"next"`
+			Items []api.Variable `json:"items"`
+			Next  string         `json:"next"`
 		}
 		c.do("GET", path, root, nil).json(t, &p)
 		for _, v := range p.Items {
@@ -449,7 +449,7 @@ func TestReadWithoutETagWhileTheProjectionsAreBehind(t *testing.T) {
 	s := servertest.Start(t, servertest.Options{})
 	c := newClient(t, s)
 	root := s.Setup(t, "root@example.com", "acme")
-	var org query.Organisation
+	var org api.Organisation
 	read := c.do("GET", "/api/v1/orgs/acme", root, nil)
 	read.json(t, &org)
 	tag := read.header.Get("ETag")
@@ -471,7 +471,7 @@ func TestReadWithoutETagWhileTheProjectionsAreBehind(t *testing.T) {
 	require.Equal(t, 200, after.status, string(after.body))
 	require.Less(t, time.Since(start), 8*time.Second)
 	require.Empty(t, after.header.Get("ETag"), "no tag of a version the read model does not show")
-	var same query.Organisation
+	var same api.Organisation
 	after.json(t, &same)
 	require.Equal(t, org.ID, same.ID)
 }

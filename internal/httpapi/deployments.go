@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
@@ -16,33 +17,8 @@ import (
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
-// DeployRequest deploys an image (a tag is resolved to its digest) or, without
-// one, the service's image again.
-type DeployRequest struct {
-	Image string `json:"image,omitempty"`
-	// Commit builds that commit of a Git service (default: the tracked
-	// branch's head).
-	Commit string `json:"commit,omitempty" input:"max=64"`
-}
-
-// RollbackRequest deploys an earlier release again.
-type RollbackRequest struct {
-	Release int `json:"release"`
-}
-
-// DeployResponse is the deployment started, or the change set that waits for
-// approval in a protected environment.
-type DeployResponse struct {
-	Deployment *query.Deployment `json:"deployment,omitempty"`
-	Release    *query.Release    `json:"release,omitempty"`
-	ChangeSet  *query.ChangeSet  `json:"changeSet,omitempty"`
-	// Build is the build a Git service's deploy waits for (the deployment
-	// starts when it succeeds), or the one whose image it deploys.
-	Build *query.Build `json:"build,omitempty"`
-}
-
 func (a *API) deploy(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req DeployRequest
+	var req api.DeployRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -73,7 +49,7 @@ func (a *API) deploy(w http.ResponseWriter, r *http.Request, c *call) (int, any,
 
 func (a *API) deployResponse(ctx context.Context, res dispatch.Result, deploymentID string) (int, any, error) {
 	if cs, err := a.changeSetOf(ctx, res); cs != nil || err != nil {
-		return http.StatusAccepted, DeployResponse{ChangeSet: cs}, err
+		return http.StatusAccepted, api.DeployResponse{ChangeSet: cs}, err
 	}
 	d, err := query.DeploymentByID(ctx, a.pool, deploymentID)
 	if err != nil {
@@ -83,11 +59,11 @@ func (a *API) deployResponse(ctx context.Context, res dispatch.Result, deploymen
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusAccepted, DeployResponse{Deployment: &d, Release: &rel}, nil
+	return http.StatusAccepted, api.DeployResponse{Deployment: &d, Release: &rel}, nil
 }
 
 func (a *API) rollback(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req RollbackRequest
+	var req api.RollbackRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -96,7 +72,7 @@ func (a *API) rollback(w http.ResponseWriter, r *http.Request, c *call) (int, an
 	if err != nil {
 		return 0, nil, err
 	}
-	var target *query.Release
+	var target *api.Release
 	for i, rel := range rels {
 		if rel.Number == req.Release {
 			target = &rels[i]
@@ -123,29 +99,12 @@ func (a *API) listReleases(w http.ResponseWriter, r *http.Request, c *call) (int
 	return http.StatusOK, rel, err
 }
 
-// DeploymentView is a deployment with what holds it up: "delivery" while its
-// cluster is Disconnected and its revision is not applied yet (the
-// deployment is still requested or delivering).
-type DeploymentView struct {
-	query.Deployment
-	Blockers []string `json:"blockers"`
-}
-
-// DeploymentDetail is a deployment with every stage of its rollout, in order.
-type DeploymentDetail struct {
-	DeploymentView
-	Stages []query.DeploymentStage `json:"stages"`
-}
-
-// BlockerDelivery holds up a deployment whose cluster is Disconnected.
-const BlockerDelivery = "delivery"
-
 // blockers says what holds a deployment up, given its cluster's state.
-func blockers(d query.Deployment, cluster query.ClusterStatus) []string {
+func blockers(d api.Deployment, cluster api.ClusterStatus) []string {
 	out := []string{}
 	pending := d.Status == string(domain.StatusRequested) || d.Status == string(domain.StatusDelivering)
-	if pending && cluster.State == query.StateDisconnected {
-		out = append(out, BlockerDelivery)
+	if pending && cluster.State == api.StateDisconnected {
+		out = append(out, api.BlockerDelivery)
 	}
 	return out
 }
@@ -164,56 +123,56 @@ func (a *API) listDeployments(w http.ResponseWriter, r *http.Request, c *call) (
 	if err != nil {
 		return 0, nil, err
 	}
-	out := make([]DeploymentView, len(ds))
+	out := make([]api.DeploymentView, len(ds))
 	for i, d := range ds {
-		out[i] = DeploymentView{Deployment: d, Blockers: blockers(d, st)}
+		out[i] = api.DeploymentView{Deployment: d, Blockers: blockers(d, st)}
 	}
 	return http.StatusOK, out, nil
 }
 
 // deploymentIn finds a deployment of the service in the environment the
 // path names; "latest" names the newest.
-func (a *API) deploymentIn(ctx context.Context, q eventstore.Querier, c *call, id string) (query.Deployment, error) {
+func (a *API) deploymentIn(ctx context.Context, q eventstore.Querier, c *call, id string) (api.Deployment, error) {
 	if id == "latest" {
 		ds, err := query.Deployments(ctx, q, c.env.ID, c.service.ID, 1)
 		if err != nil {
-			return query.Deployment{}, err
+			return api.Deployment{}, err
 		}
 		if len(ds) == 0 {
-			return query.Deployment{}, notFound("deployment of " + c.service.Name + " in " + c.env.Name)
+			return api.Deployment{}, notFound("deployment of " + c.service.Name + " in " + c.env.Name)
 		}
 		return ds[0], nil
 	}
 	d, err := query.DeploymentByID(ctx, q, id)
 	if err != nil || d.EnvironmentID != c.env.ID || d.ServiceID != c.service.ID {
 		if err != nil && !isNotFound(err) {
-			return query.Deployment{}, err
+			return api.Deployment{}, err
 		}
-		return query.Deployment{}, notFound("deployment " + id)
+		return api.Deployment{}, notFound("deployment " + id)
 	}
 	return d, nil
 }
 
 // deploymentView reads a deployment again, with its blockers.
-func (a *API) deploymentView(ctx context.Context, q eventstore.Querier, c *call, id string) (DeploymentView, error) {
+func (a *API) deploymentView(ctx context.Context, q eventstore.Querier, c *call, id string) (api.DeploymentView, error) {
 	d, err := a.deploymentIn(ctx, q, c, id)
 	if err != nil {
-		return DeploymentView{}, err
+		return api.DeploymentView{}, err
 	}
 	st, err := query.StatusOfCluster(ctx, q, c.env.ClusterID, a.cfg.Now(), transport.DisconnectedAfter)
 	if err != nil {
-		return DeploymentView{}, err
+		return api.DeploymentView{}, err
 	}
-	return DeploymentView{Deployment: d, Blockers: blockers(d, st)}, nil
+	return api.DeploymentView{Deployment: d, Blockers: blockers(d, st)}, nil
 }
 
 // deploymentAndStages reads a deployment and its stages after seq after as
 // of one moment: a deployment read as over comes with the stage that ended
 // it, and the stages come with the deployment's reason and supersededBy.
-func (a *API) deploymentAndStages(ctx context.Context, c *call, id string, after int) (DeploymentView, []query.DeploymentStage, error) {
+func (a *API) deploymentAndStages(ctx context.Context, c *call, id string, after int) (api.DeploymentView, []api.DeploymentStage, error) {
 	tx, err := a.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return DeploymentView{}, nil, err
+		return api.DeploymentView{}, nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	v, err := a.deploymentView(ctx, tx, c, id)
@@ -230,23 +189,11 @@ func (a *API) getDeployment(w http.ResponseWriter, r *http.Request, c *call) (in
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, DeploymentDetail{DeploymentView: v, Stages: stages}, nil
+	return http.StatusOK, api.DeploymentDetail{DeploymentView: v, Stages: stages}, nil
 }
 
-// TargetView is a service in an environment: the service, its current
-// release and latest deployment there, and whether its automatic deploys are
-// paused (a rollback pauses them until someone resumes them).
-type TargetView struct {
-	Service          query.Service      `json:"service"`
-	EnvironmentID    string             `json:"environmentId"`
-	Environment      string             `json:"environment"`
-	CurrentRelease   *query.Release     `json:"currentRelease,omitempty"`
-	LatestDeployment *DeploymentView    `json:"latestDeployment,omitempty"`
-	DeploysPaused    *query.DeployPause `json:"deploysPaused,omitempty"`
-}
-
-func (a *API) targetView(ctx context.Context, c *call) (TargetView, error) {
-	v := TargetView{Service: c.service, EnvironmentID: c.env.ID, Environment: c.env.Name}
+func (a *API) targetView(ctx context.Context, c *call) (api.TargetView, error) {
+	v := api.TargetView{Service: c.service, EnvironmentID: c.env.ID, Environment: c.env.Name}
 	rels, err := query.Releases(ctx, a.pool, c.env.ID, c.service.ID)
 	if err != nil {
 		return v, err

@@ -6,22 +6,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
-
-// CreateEnvironmentRequest creates an environment on a cluster of the organisation.
-type CreateEnvironmentRequest struct {
-	Name      string `json:"name"`
-	Cluster   string `json:"cluster"`
-	Protected bool   `json:"protected,omitempty"`
-}
-
-// UpdateEnvironmentRequest changes an environment; absent fields stay.
-type UpdateEnvironmentRequest struct {
-	Cluster   *string `json:"cluster,omitempty"`
-	Protected *bool   `json:"protected,omitempty"`
-}
 
 func (a *API) listEnvironments(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	e, err := query.Environments(r.Context(), a.pool, c.project.ID)
@@ -40,7 +28,7 @@ func (a *API) clusterID(ctx context.Context, orgID, name string) (string, error)
 }
 
 func (a *API) createEnvironment(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req CreateEnvironmentRequest
+	var req api.CreateEnvironmentRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -65,7 +53,7 @@ func (a *API) getEnvironment(w http.ResponseWriter, r *http.Request, c *call) (i
 }
 
 func (a *API) updateEnvironment(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req UpdateEnvironmentRequest
+	var req api.UpdateEnvironmentRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}

@@ -9,22 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/image"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
-
-// Error is the body of every error response: {"error": {"code", "message"}}.
-type Error struct {
-	Error ErrorBody `json:"error"`
-}
-
-// ErrorBody says what went wrong, for programs (code) and people (message).
-type ErrorBody struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
 
 // apiError is an error with its HTTP status and code.
 type apiError struct {
@@ -34,8 +24,6 @@ type apiError struct {
 	// retryAfter, in seconds, is sent as Retry-After when set.
 	retryAfter int
 }
-
-func (e *apiError) Error() string { return e.message }
 
 func errorf(status int, code, format string, args ...any) error {
 	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
@@ -117,5 +105,7 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if ae.retryAfter > 0 {
 		w.Header().Set("Retry-After", retryAfter(ae.retryAfter))
 	}
-	writeJSON(w, ae.status, Error{Error: ErrorBody{Code: ae.code, Message: ae.message}})
+	writeJSON(w, ae.status, api.Error{Error: api.ErrorBody{Code: ae.code, Message: ae.message}})
 }
+
+func (e *apiError) Error() string { return e.message }

@@ -3,9 +3,8 @@ package httpapi_test
 import (
 	"testing"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/stretchr/testify/require"
-
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // Four-eyes without exceptions (found from outside: a Member deleted a
@@ -30,14 +29,14 @@ func TestFourEyesHasNoLoopholes(t *testing.T) {
 	const prod = "/api/v1/orgs/acme/projects/shop/environments/production"
 
 	// The service runs in production (its deploy approved by someone else).
-	var res struct{ ChangeSet *query.ChangeSet }
+	var res struct{ ChangeSet *api.ChangeSet }
 	r.must(c.do("POST", prod+"/services/api/deployments", member, map[string]any{}), 202).json(t, &res)
 	require.NotNil(t, res.ChangeSet)
 	r.must(c.do("POST", prod+"/changesets/"+res.ChangeSet.ID+"/approve", admin, map[string]any{"version": res.ChangeSet.Version}), 200)
 
-	waits := func(method, path, token string, body any) query.ChangeSet {
+	waits := func(method, path, token string, body any) api.ChangeSet {
 		t.Helper()
-		var cs query.ChangeSet
+		var cs api.ChangeSet
 		r.must(c.do(method, path, token, body), 202).json(t, &cs)
 		require.Equal(t, "open", cs.Status)
 		return cs
@@ -55,7 +54,7 @@ func TestFourEyesHasNoLoopholes(t *testing.T) {
 
 	// Turning protection off with one PATCH: waits for someone else.
 	cs = waits("PATCH", prod, admin, map[string]any{"protected": false})
-	var env query.Environment
+	var env api.Environment
 	r.must(c.do("GET", prod, r.root, nil), 200).json(t, &env)
 	require.True(t, env.Protected)
 	r.must(c.do("POST", prod+"/changesets/"+cs.ID+"/approve", admin, map[string]any{"version": cs.Version}), 403)
@@ -71,7 +70,7 @@ func TestFourEyesHasNoLoopholes(t *testing.T) {
 	require.NotEmpty(t, me.User.ID)
 	r.must(c.do("PATCH", "/api/v1/orgs/acme/members/"+me.User.ID, admin, map[string]any{"role": "member"}), 403)
 	r.must(c.do("DELETE", "/api/v1/orgs/acme/members/"+me.User.ID, admin, nil), 403)
-	var members []query.Member
+	var members []api.Member
 	r.must(c.do("GET", "/api/v1/orgs/acme/members", r.root, nil), 200).items(t, &members)
 	for _, m := range members {
 		if m.Role == "member" {

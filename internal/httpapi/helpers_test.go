@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
@@ -28,7 +28,7 @@ import (
 func TestMain(m *testing.M) {
 	// The body of a stream is checked event by event (validateEvents); to
 	// the response validator it is a string.
-	openapi3filter.RegisterBodyDecoder(httpapi.StreamMediaType, func(r io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+	openapi3filter.RegisterBodyDecoder(api.StreamMediaType, func(r io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
 		b, err := io.ReadAll(r)
 		return string(b), err
 	})
@@ -175,7 +175,7 @@ func (c *client) validate(req *http.Request, reqBody []byte, resp *http.Response
 }
 
 func isStream(resp *http.Response) bool {
-	return strings.HasPrefix(resp.Header.Get("Content-Type"), httpapi.StreamMediaType)
+	return strings.HasPrefix(resp.Header.Get("Content-Type"), api.StreamMediaType)
 }
 
 // readFor reads a body for at most d, then cancels the request.
@@ -258,7 +258,7 @@ func (c *client) validateEvents(op *openapi3.Operation, body []byte) {
 	c.t.Helper()
 	resp := op.Responses.Status(http.StatusOK)
 	require.NotNil(c.t, resp, "a stream documents its 200 answer")
-	mt := resp.Value.Content.Get(httpapi.StreamMediaType)
+	mt := resp.Value.Content.Get(api.StreamMediaType)
 	require.NotNil(c.t, mt, "a stream documents its media type")
 	events, ok := mt.Extensions["x-events"].(map[string]any)
 	require.True(c.t, ok, "a stream documents its events in x-events")

@@ -9,9 +9,11 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/credential"
 	"github.com/nebulactrl/nebulactrl/internal/query"
@@ -181,24 +183,46 @@ const (
 	kindWebhookSecret = "webhook secret"
 )
 
-// secretCarrier is a response that shows the secret of credentials. Every
-// response type with a secret implements it (a test looks for fields that
-// hold one), so that replays check the credential first.
-type secretCarrier interface {
-	issuedCredentials() []issuedCredential
+// issuedCredentials returns the credentials a response shows the secret of,
+// and whether the response's type may show one at all. Every response type
+// with a secret is a case here (a test looks for fields that hold one), so
+// that replays check the credential first.
+func issuedCredentials(body any) ([]issuedCredential, bool) {
+	if v := reflect.ValueOf(body); v.Kind() == reflect.Pointer && !v.IsNil() {
+		body = v.Elem().Interface()
+	}
+	switch b := body.(type) {
+	case api.CreatedToken:
+		return []issuedCredential{{Kind: kindAPIToken, ID: b.ID}}, true
+	case api.SetupResponse:
+		return apiToken(b.Token), true
+	case api.SessionResponse:
+		return apiToken(b.Token), true
+	case api.CreatedJoinToken:
+		return []issuedCredential{{Kind: kindJoinToken, ID: b.ID, ClusterID: b.ClusterID}}, true
+	case api.WebhookSecret:
+		// A webhook secret is shown by the rotation that made it, never
+		// again: a replay of it (the route takes no Idempotency-Key) would
+		// find it not valid.
+		return []issuedCredential{{Kind: kindWebhookSecret, ID: b.URL}}, true
+	case api.ClusterResponse:
+		if b.JoinToken == nil {
+			return nil, true
+		}
+		return issuedCredentials(*b.JoinToken)
+	}
+	return nil, false
 }
 
 // carriesSecrets reports whether responses of v's type may show a secret.
 func carriesSecrets(v any) bool {
-	_, ok := v.(secretCarrier)
+	_, ok := issuedCredentials(v)
 	return ok
 }
 
 func issuedBy(body any) []issuedCredential {
-	if s, ok := body.(secretCarrier); ok {
-		return s.issuedCredentials()
-	}
-	return nil
+	cs, _ := issuedCredentials(body)
+	return cs
 }
 
 func apiToken(secret string) []issuedCredential {
@@ -207,31 +231,6 @@ func apiToken(secret string) []issuedCredential {
 		return nil
 	}
 	return []issuedCredential{{Kind: kindAPIToken, ID: id}}
-}
-
-func (t CreatedToken) issuedCredentials() []issuedCredential {
-	return []issuedCredential{{Kind: kindAPIToken, ID: t.ID}}
-}
-
-func (s SetupResponse) issuedCredentials() []issuedCredential { return apiToken(s.Token) }
-
-func (s SessionResponse) issuedCredentials() []issuedCredential { return apiToken(s.Token) }
-
-func (t CreatedJoinToken) issuedCredentials() []issuedCredential {
-	return []issuedCredential{{Kind: kindJoinToken, ID: t.ID, ClusterID: t.ClusterID}}
-}
-
-// A webhook secret is shown by the rotation that made it, never again: a
-// replay of it (the route takes no Idempotency-Key) would find it not valid.
-func (s WebhookSecret) issuedCredentials() []issuedCredential {
-	return []issuedCredential{{Kind: kindWebhookSecret, ID: s.URL}}
-}
-
-func (c ClusterResponse) issuedCredentials() []issuedCredential {
-	if c.JoinToken == nil {
-		return nil
-	}
-	return c.JoinToken.issuedCredentials()
 }
 
 // stillValid reports whether a credential is neither revoked nor expired.

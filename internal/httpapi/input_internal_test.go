@@ -6,15 +6,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 )
 
 // The API's bound of a variable's value is the domain's: a longer one is
 // refused as the field, before it is sealed.
 func TestVariableValueBoundIsTheDomains(t *testing.T) {
-	f, ok := reflect.TypeFor[VariableInput]().FieldByName("Value")
+	f, ok := reflect.TypeFor[api.VariableInput]().FieldByName("Value")
 	require.True(t, ok)
-	rule := fieldRule(reflect.TypeFor[VariableInput](), f)
+	rule := fieldRule(reflect.TypeFor[api.VariableInput](), f)
 	require.Equal(t, domain.MaxVariableValue, rule.max)
 	require.Equal(t, kindOpaque, rule.kind)
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -51,7 +51,7 @@ func TestStringsNoProjectionCanStoreAreRefused(t *testing.T) {
 	vars := "/api/v1/orgs/acme/projects/shop/environments/prod/services/api/variables"
 	r := c.do("PUT", vars, root, map[string]any{"variables": []map[string]any{{"name": "A", "value": "1"}}})
 	require.Equal(t, 202, r.status, string(r.body))
-	var held httpapi.VariablesResponse
+	var held api.VariablesResponse
 	r.json(t, &held)
 	require.NotNil(t, held.ChangeSet)
 	before := eventCount(t, s.DatabaseURL)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/backup"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
@@ -55,17 +56,17 @@ func (a *API) getJoinToken(w http.ResponseWriter, r *http.Request, c *call) (int
 }
 
 // joinTokenOf is a join token of the call's cluster, by id.
-func (a *API) joinTokenOf(ctx context.Context, c *call, id string) (query.JoinToken, error) {
+func (a *API) joinTokenOf(ctx context.Context, c *call, id string) (api.JoinToken, error) {
 	toks, err := query.JoinTokens(ctx, a.pool, c.cluster.ID)
 	if err != nil {
-		return query.JoinToken{}, err
+		return api.JoinToken{}, err
 	}
 	for _, t := range toks {
 		if t.ID == id {
 			return t, nil
 		}
 	}
-	return query.JoinToken{}, notFound("join token " + id)
+	return api.JoinToken{}, notFound("join token " + id)
 }
 
 // getDomain is one host name routed to a service in an environment.
@@ -76,18 +77,18 @@ func (a *API) getDomain(w http.ResponseWriter, r *http.Request, c *call) (int, a
 
 // domainOf is a host name routed in the call's environment (to the call's
 // service, when it names one).
-func (a *API) domainOf(ctx context.Context, c *call, host string) (query.Domain, error) {
+func (a *API) domainOf(ctx context.Context, c *call, host string) (api.Domain, error) {
 	host = strings.ToLower(host)
 	ds, err := query.Domains(ctx, a.pool, c.env.ID, c.service.ID)
 	if err != nil {
-		return query.Domain{}, err
+		return api.Domain{}, err
 	}
 	for _, d := range ds {
 		if d.Host == host {
 			return d, nil
 		}
 	}
-	return query.Domain{}, notFound("domain " + host)
+	return api.Domain{}, notFound("domain " + host)
 }
 
 // getBackup is one control-plane backup, by its dump's file name

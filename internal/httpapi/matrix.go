@@ -4,50 +4,19 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
-
-// MatrixRow is a service of a project with a cell for each of the
-// project's environments (in the order of the environments list).
-type MatrixRow struct {
-	Service query.Service `json:"service"`
-	Cells   []MatrixCell  `json:"cells"`
-}
-
-// PageKey identifies the row for the cursor: its service's id.
-func (m MatrixRow) PageKey() string { return m.Service.ID }
-
-// MatrixCell is a service in an environment: its current release, latest
-// deployment (with its blockers), whether the environment's latest desired
-// state holds it and why, and whether its automatic deploys are paused.
-// The target view (GET .../environments/{env}/services/{service}) has the
-// same facts and the whole release.
-type MatrixCell struct {
-	EnvironmentID    string             `json:"environmentId"`
-	Environment      string             `json:"environment"`
-	CurrentRelease   *query.ReleaseRef  `json:"currentRelease,omitempty"`
-	LatestDeployment *DeploymentView    `json:"latestDeployment,omitempty"`
-	Held             bool               `json:"held"`
-	HeldReason       string             `json:"heldReason,omitempty"`
-	DeploysPaused    *query.DeployPause `json:"deploysPaused,omitempty"`
-}
-
-// DeploymentInProgress is a deployment of an organisation that is not
-// over, with where it runs and what holds it up.
-type DeploymentInProgress struct {
-	query.DeploymentInProgress
-	Blockers []string `json:"blockers"`
-}
 
 // clusterStatuses reads the state of each cluster once, for the blockers of
 // deployments on them.
 type clusterStatuses struct {
 	a    *API
 	ctx  context.Context
-	seen map[string]query.ClusterStatus
+	seen map[string]api.ClusterStatus
 }
 
-func (s *clusterStatuses) of(clusterID string) (query.ClusterStatus, error) {
+func (s *clusterStatuses) of(clusterID string) (api.ClusterStatus, error) {
 	if st, ok := s.seen[clusterID]; ok {
 		return st, nil
 	}
@@ -56,7 +25,7 @@ func (s *clusterStatuses) of(clusterID string) (query.ClusterStatus, error) {
 		return st, err
 	}
 	if s.seen == nil {
-		s.seen = map[string]query.ClusterStatus{}
+		s.seen = map[string]api.ClusterStatus{}
 	}
 	s.seen[clusterID] = st
 	return st, nil
@@ -96,19 +65,19 @@ func (a *API) projectMatrix(w http.ResponseWriter, r *http.Request, c *call) (in
 		byID[[2]string{cl.EnvironmentID, cl.ServiceID}] = cl
 	}
 	st := clusterStatuses{a: a, ctx: ctx}
-	rows := make([]MatrixRow, len(svcs))
+	rows := make([]api.MatrixRow, len(svcs))
 	for i, s := range svcs {
-		rows[i] = MatrixRow{Service: s, Cells: make([]MatrixCell, len(envs))}
+		rows[i] = api.MatrixRow{Service: s, Cells: make([]api.MatrixCell, len(envs))}
 		for j, e := range envs {
 			q := byID[[2]string{e.ID, s.ID}]
-			out := MatrixCell{EnvironmentID: e.ID, Environment: e.Name, CurrentRelease: q.CurrentRelease,
+			out := api.MatrixCell{EnvironmentID: e.ID, Environment: e.Name, CurrentRelease: q.CurrentRelease,
 				Held: q.Held, HeldReason: q.HeldReason, DeploysPaused: q.DeploysPaused}
 			if d := q.LatestDeployment; d != nil {
 				cs, err := st.of(e.ClusterID)
 				if err != nil {
 					return 0, nil, err
 				}
-				out.LatestDeployment = &DeploymentView{Deployment: *d, Blockers: blockers(*d, cs)}
+				out.LatestDeployment = &api.DeploymentView{Deployment: *d, Blockers: blockers(*d, cs)}
 			}
 			rows[i].Cells[j] = out
 		}
@@ -133,13 +102,14 @@ func (a *API) orgDeployments(w http.ResponseWriter, r *http.Request, c *call) (i
 		return 0, nil, err
 	}
 	st := clusterStatuses{a: a, ctx: ctx}
-	out := make([]DeploymentInProgress, len(ds))
+	out := make([]api.DeploymentInProgress, len(ds))
 	for i, d := range ds {
 		cs, err := st.of(d.ClusterID)
 		if err != nil {
 			return 0, nil, err
 		}
-		out[i] = DeploymentInProgress{DeploymentInProgress: d, Blockers: blockers(d.Deployment, cs)}
+		out[i] = api.DeploymentInProgress{Deployment: d.Deployment, Project: d.Project, Environment: d.Environment, Service: d.Service,
+			ClusterID: d.ClusterID, Blockers: blockers(d.Deployment, cs)}
 	}
 	return http.StatusOK, out, nil
 }

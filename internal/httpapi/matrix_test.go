@@ -6,16 +6,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 )
 
 const shop = "/api/v1/orgs/acme/projects/shop"
 
 // matrix reads every page of the project matrix, limit rows a page.
-func (r *rollout) matrix(limit string) []httpapi.MatrixRow {
+func (r *rollout) matrix(limit string) []api.MatrixRow {
 	r.t.Helper()
-	var all []httpapi.MatrixRow
+	var all []api.MatrixRow
 	next := ""
 	for pages := 0; ; pages++ {
 		require.Less(r.t, pages, 10, "the matrix's pages end")
@@ -23,7 +23,7 @@ func (r *rollout) matrix(limit string) []httpapi.MatrixRow {
 		if next != "" {
 			u += "&cursor=" + next
 		}
-		var page httpapi.Page[httpapi.MatrixRow]
+		var page api.Page[api.MatrixRow]
 		r.must(r.c.do("GET", u, r.root, nil), 200).json(r.t, &page)
 		all = append(all, page.Items...)
 		if page.Next == "" {
@@ -47,20 +47,20 @@ func TestProjectMatrix(t *testing.T) {
 	apiDep := r.deploy()
 	r.must(r.c.do("POST", dbT+"/deployments", r.root, map[string]any{}), 202)
 	require.Eventually(t, func() bool {
-		var tv httpapi.TargetView
+		var tv api.TargetView
 		r.must(r.c.do("GET", dbT, r.root, nil), 200).json(t, &tv)
 		return tv.LatestDeployment != nil && tv.LatestDeployment.Status == string(domain.StatusDelivering)
 	}, 20*time.Second, 50*time.Millisecond, "db's deployment is delivered")
 
 	// What the target view says about a cell.
-	check := func(rows []httpapi.MatrixRow) {
+	check := func(rows []api.MatrixRow) {
 		t.Helper()
 		for _, row := range rows {
 			require.Len(t, row.Cells, 2, row.Service.Name)
 			require.Equal(t, "production", row.Cells[0].Environment, "environments in name order")
 			require.Equal(t, "staging", row.Cells[1].Environment)
 			for _, cl := range row.Cells {
-				var tv httpapi.TargetView
+				var tv api.TargetView
 				r.must(r.c.do("GET", shop+"/environments/"+cl.Environment+"/services/"+row.Service.Name, r.root, nil), 200).json(t, &tv)
 				require.Equal(t, tv.EnvironmentID, cl.EnvironmentID)
 				require.Equal(t, tv.Service.ID, row.Service.ID)
@@ -98,7 +98,7 @@ func TestProjectMatrix(t *testing.T) {
 	require.Equal(t, 1, staging.CurrentRelease.Number)
 	require.NotNil(t, staging.LatestDeployment)
 	require.Equal(t, apiDep, staging.LatestDeployment.ID)
-	require.Equal(t, []string{httpapi.BlockerDelivery}, staging.LatestDeployment.Blockers, "no agent: the cluster is Disconnected")
+	require.Equal(t, []string{api.BlockerDelivery}, staging.LatestDeployment.Blockers, "no agent: the cluster is Disconnected")
 	require.Nil(t, rows[0].Cells[0].CurrentRelease, "api is not in production")
 	require.Nil(t, rows[2].Cells[1].LatestDeployment, "worker was never deployed")
 	require.False(t, staging.Held)
@@ -146,17 +146,17 @@ func TestProjectMatrix(t *testing.T) {
 func TestOrgDeploymentsInProgress(t *testing.T) {
 	r := newRollout(t)
 	const list = "/api/v1/orgs/acme/deployments"
-	var none []httpapi.DeploymentInProgress
+	var none []api.DeploymentInProgress
 	r.must(r.c.do("GET", list, r.root, nil), 200).items(t, &none)
 	require.Empty(t, none)
 
 	r.must(r.c.do("POST", shop+"/services", r.root, map[string]any{"name": "db", "image": r.image}), 201)
 	first := r.deploy()
-	var second httpapi.DeployResponse
+	var second api.DeployResponse
 	r.must(r.c.do("POST", shop+"/environments/staging/services/db/deployments", r.root, map[string]any{}), 202).json(t, &second)
 	require.NotNil(t, second.Deployment)
 
-	var got []httpapi.DeploymentInProgress
+	var got []api.DeploymentInProgress
 	require.Eventually(t, func() bool {
 		got = nil
 		r.must(r.c.do("GET", list+"?status=in-progress", r.root, nil), 200).items(t, &got)
@@ -172,16 +172,16 @@ func TestOrgDeploymentsInProgress(t *testing.T) {
 		require.Equal(t, r.cluster, d.ClusterID)
 		require.False(t, d.Terminal())
 	}
-	require.Equal(t, []string{httpapi.BlockerDelivery}, got[1].Blockers, "delivering on a Disconnected cluster")
+	require.Equal(t, []string{api.BlockerDelivery}, got[1].Blockers, "delivering on a Disconnected cluster")
 
 	// Paged one at a time: the same two, in the same order.
-	var page httpapi.Page[httpapi.DeploymentInProgress]
+	var page api.Page[api.DeploymentInProgress]
 	r.must(r.c.do("GET", list+"?limit=1", r.root, nil), 200).json(t, &page)
 	require.Len(t, page.Items, 1)
 	require.Equal(t, got[0].ID, page.Items[0].ID)
 	require.NotEmpty(t, page.Next)
 	cur := page.Next
-	page = httpapi.Page[httpapi.DeploymentInProgress]{}
+	page = api.Page[api.DeploymentInProgress]{}
 	r.must(r.c.do("GET", list+"?limit=1&cursor="+cur, r.root, nil), 200).json(t, &page)
 	require.Len(t, page.Items, 1)
 	require.Equal(t, got[1].ID, page.Items[0].ID)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3gen"
+	"github.com/nebulactrl/nebulactrl/api"
 )
 
 var pathParam = regexp.MustCompile(`\{([a-z]+)\}`)
@@ -47,7 +48,7 @@ func (a *API) OpenAPI() (*openapi3.T, error) {
 	schema := func(v any) (*openapi3.SchemaRef, error) {
 		return gen.NewSchemaRefForValue(v, doc.Components.Schemas)
 	}
-	errRef, err := schema(Error{})
+	errRef, err := schema(api.Error{})
 	if err != nil {
 		return nil, err
 	}
@@ -163,9 +164,6 @@ func documentInputRule(_ string, t reflect.Type, tag reflect.StructTag, schema *
 	return nil
 }
 
-// StreamMediaType is the media type of the server-sent event streams.
-const StreamMediaType = "text/event-stream"
-
 // streamResponse documents a stream: Last-Event-ID to resume, a 200 answer
 // of text/event-stream whose events are listed (name, id, data schema) in
 // the description and, for programs, in the media type's x-events
@@ -179,7 +177,7 @@ func streamResponse(op *openapi3.Operation, rt route) error {
 		WithDescription("the id of the last event received: the stream resumes after it"))
 	op.AddParameter(openapi3.NewQueryParameter("lastEventId").WithSchema(openapi3.NewIntegerSchema()).
 		WithDescription("the same as Last-Event-ID, for clients that cannot set headers"))
-	desc := []string{"A stream of server-sent events (" + StreamMediaType + "), one JSON object per data line. Comments (lines starting with ':') keep it alive every 15 s. Events:"}
+	desc := []string{"A stream of server-sent events (" + api.StreamMediaType + "), one JSON object per data line. Comments (lines starting with ':') keep it alive every 15 s. Events:"}
 	events := map[string]any{}
 	for _, e := range rt.events {
 		ref, err := openapi3gen.NewSchemaRefForValue(e.payload, nil, openapi3gen.UseAllExportedFields(), openapi3gen.SchemaCustomizer(documentInputRule))
@@ -192,7 +190,7 @@ func streamResponse(op *openapi3.Operation, rt route) error {
 	}
 	mt := openapi3.NewMediaType().WithSchema(openapi3.NewStringSchema().WithFormat("event-stream"))
 	mt.Extensions = map[string]any{"x-events": events}
-	resp := openapi3.NewResponse().WithDescription(strings.Join(desc, "\n")).WithContent(openapi3.Content{StreamMediaType: mt})
+	resp := openapi3.NewResponse().WithDescription(strings.Join(desc, "\n")).WithContent(openapi3.Content{api.StreamMediaType: mt})
 	op.AddResponse(http.StatusOK, resp)
 	return nil
 }

@@ -5,35 +5,13 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
 // RetryParkedFunc retries parked events: of the subscription named (all when
 // ""), the stream of the event at position (every parked stream when 0).
 type RetryParkedFunc func(ctx context.Context, subscription string, position int64) ([]eventstore.Retried, error)
-
-// ParkedEvents lists the events the subscriptions set aside because they
-// could not handle them.
-type ParkedEvents struct {
-	Events []eventstore.Parked `json:"events"`
-}
-
-// RetryParkedRequest names what to retry: one parked event's stream
-// (position) or every parked stream (all), in one subscription or in every
-// one.
-type RetryParkedRequest struct {
-	Subscription string `json:"subscription,omitempty"`
-	Position     int64  `json:"position,omitempty"`
-	All          bool   `json:"all,omitempty"`
-}
-
-// RetryParkedResponse says, per stream, what the retry handled or why it
-// failed (then the events stay parked).
-type RetryParkedResponse struct {
-	Retried []eventstore.Retried `json:"retried"`
-	// Failed is true when any stream's retry failed.
-	Failed bool `json:"failed"`
-}
 
 func (a *API) listParked(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	sub := r.URL.Query().Get("subscription")
@@ -44,14 +22,16 @@ func (a *API) listParked(w http.ResponseWriter, r *http.Request, c *call) (int, 
 	if err != nil {
 		return 0, nil, err
 	}
-	if evs == nil {
-		evs = []eventstore.Parked{}
+	out := api.ParkedEvents{Events: make([]api.ParkedEvent, len(evs))}
+	for i, e := range evs {
+		out.Events[i] = api.ParkedEvent{Subscription: e.Subscription, Position: e.Position, StreamID: e.StreamID, StreamVersion: e.StreamVersion,
+			OrgID: e.OrgID, Type: e.Type, Reason: e.Reason, Error: e.Error, Attempts: e.Attempts, ParkedAt: e.ParkedAt, LastRetryError: e.LastRetryError}
 	}
-	return http.StatusOK, ParkedEvents{Events: evs}, nil
+	return http.StatusOK, out, nil
 }
 
 func (a *API) retryParked(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req RetryParkedRequest
+	var req api.RetryParkedRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -73,11 +53,9 @@ func (a *API) retryParked(w http.ResponseWriter, r *http.Request, c *call) (int,
 	if err != nil {
 		return 0, nil, err
 	}
-	out := RetryParkedResponse{Retried: res}
-	if out.Retried == nil {
-		out.Retried = []eventstore.Retried{}
-	}
-	for _, x := range res {
+	out := api.RetryParkedResponse{Retried: make([]api.RetriedEvents, len(res))}
+	for i, x := range res {
+		out.Retried[i] = api.RetriedEvents{Subscription: x.Subscription, StreamID: x.StreamID, Positions: x.Positions, Error: x.Error}
 		out.Failed = out.Failed || x.Error != ""
 		a.logger.Warn("parked events retried", "actor", c.actor.Name, "subscription", x.Subscription, "stream", x.StreamID,
 			"positions", x.Positions, "error", x.Error)

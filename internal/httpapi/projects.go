@@ -6,15 +6,11 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
-
-// CreateProjectRequest creates a project.
-type CreateProjectRequest struct {
-	Name string `json:"name"`
-}
 
 func (a *API) projectCommand(ctx context.Context, r *http.Request, c *call, cmd domain.ProjectCommand) (dispatch.Result, error) {
 	res, err := a.cmd.Project(ctx, commandContext(r, c), c.org.ID, c.project.ID, cmd)
@@ -31,7 +27,7 @@ func (a *API) listProjects(w http.ResponseWriter, r *http.Request, c *call) (int
 }
 
 func (a *API) createProject(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req CreateProjectRequest
+	var req api.CreateProjectRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}

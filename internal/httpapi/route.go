@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
@@ -59,11 +60,11 @@ type call struct {
 	actor     domain.Actor
 	tokenID   string
 	body      []byte
-	org       query.Organisation
-	project   query.Project
-	env       query.Environment
-	service   query.Service
-	cluster   query.Cluster
+	org       api.Organisation
+	project   api.Project
+	env       api.Environment
+	service   api.Service
+	cluster   api.Cluster
 	route     *route
 	// ifVersion is the stream version If-Match names (0: none); version
 	// is the stream's version after the route's command.

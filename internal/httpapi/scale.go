@@ -3,22 +3,10 @@ package httpapi
 import (
 	"net/http"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
-
-// ScaleRequest sets how many copies of one of a service's processes run in
-// an environment. Process may be left out when the service has one process.
-type ScaleRequest struct {
-	Process  string `json:"process,omitempty"`
-	Replicas *int   `json:"replicas"`
-}
-
-// ReplicasResponse is the replica count of every process of the service in
-// the environment, after a change.
-type ReplicasResponse struct {
-	Replicas []query.ProcessReplicas `json:"replicas"`
-}
 
 func (a *API) listReplicas(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	rs, err := query.Replicas(r.Context(), a.pool, c.env.ID, c.service)
@@ -29,7 +17,7 @@ func (a *API) listReplicas(w http.ResponseWriter, r *http.Request, c *call) (int
 // release of what runs now and deploys it; in a protected environment it
 // waits in a change set (202).
 func (a *API) scale(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req ScaleRequest
+	var req api.ScaleRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -52,5 +40,5 @@ func (a *API) scale(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 		return http.StatusAccepted, cs, err
 	}
 	rs, err := query.Replicas(ctx, a.pool, c.env.ID, c.service)
-	return http.StatusOK, ReplicasResponse{Replicas: rs}, err
+	return http.StatusOK, api.ReplicasResponse{Replicas: rs}, err
 }

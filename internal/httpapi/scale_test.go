@@ -3,10 +3,8 @@ package httpapi_test
 import (
 	"testing"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/stretchr/testify/require"
-
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
 // Scaling a process is a change like any other: a new release of what runs,
@@ -18,21 +16,21 @@ func TestScaleAProcessInOneEnvironment(t *testing.T) {
 	c := r.c
 	r.deploy()
 
-	var rs []query.ProcessReplicas
+	var rs []api.ProcessReplicas
 	r.must(c.do("GET", target+"/replicas", r.root, nil), 200).items(t, &rs)
-	require.Equal(t, []query.ProcessReplicas{{Process: "web", Replicas: 1}}, rs, "the service's default before any scaling")
+	require.Equal(t, []api.ProcessReplicas{{Process: "web", Replicas: 1}}, rs, "the service's default before any scaling")
 
-	var before []query.Release
+	var before []api.Release
 	r.must(c.do("GET", target+"/releases", r.root, nil), 200).items(t, &before)
 
-	var out httpapi.ReplicasResponse
+	var out api.ReplicasResponse
 	r.must(c.do("PUT", target+"/replicas", r.root, map[string]any{"replicas": 3}), 200).json(t, &out)
-	require.Equal(t, []query.ProcessReplicas{{Process: "web", Replicas: 3, Scaled: true}}, out.Replicas)
+	require.Equal(t, []api.ProcessReplicas{{Process: "web", Replicas: 3, Scaled: true}}, out.Replicas)
 
-	var after []query.Release
+	var after []api.Release
 	r.must(c.do("GET", target+"/releases", r.root, nil), 200).items(t, &after)
 	require.Len(t, after, len(before)+1, "scaling makes a new release")
-	var newest query.Release
+	var newest api.Release
 	for _, rel := range after {
 		if rel.Number > newest.Number {
 			newest = rel
@@ -54,13 +52,13 @@ func TestScaleAProcessInOneEnvironment(t *testing.T) {
 		r.must(c.do("PUT", target+"/replicas", r.root, bad.body), bad.status)
 	}
 	r.must(c.do("GET", target+"/replicas", r.root, nil), 200).items(t, &rs)
-	require.Equal(t, []query.ProcessReplicas{{Process: "web", Replicas: 3, Scaled: true}}, rs)
+	require.Equal(t, []api.ProcessReplicas{{Process: "web", Replicas: 3, Scaled: true}}, rs)
 
 	// In the protected environment it waits for someone else.
 	const prod = "/api/v1/orgs/acme/projects/shop/environments/production/services/api"
-	var cs query.ChangeSet
+	var cs api.ChangeSet
 	r.must(c.do("PUT", prod+"/replicas", r.root, map[string]any{"process": "web", "replicas": 5}), 202).json(t, &cs)
 	require.Equal(t, "open", cs.Status)
 	r.must(c.do("GET", prod+"/replicas", r.root, nil), 200).items(t, &rs)
-	require.Equal(t, []query.ProcessReplicas{{Process: "web", Replicas: 1}}, rs, "nothing changes before approval")
+	require.Equal(t, []api.ProcessReplicas{{Process: "web", Replicas: 1}}, rs, "nothing changes before approval")
 }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/credential"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/pgcluster"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
@@ -69,18 +69,18 @@ func TestNoSecretInTheDatabase(t *testing.T) {
 		require.JSONEq(t, string(r.body), string(again.body), "a replay gives the first answer, secret included")
 		return r
 	}
-	var tok httpapi.CreatedToken
+	var tok api.CreatedToken
 	created("/api/v1/tokens", "tok-1", map[string]any{"name": "ci", "scopes": []string{"projects:read"}}).json(t, &tok)
 	secrets["API token"] = tok.Secret
 	r := c.do("POST", "/api/v1/tokens", root, map[string]any{"name": "ci-2", "scopes": []string{"projects:read"}})
 	require.Equal(t, 201, r.status)
 	r.json(t, &tok)
 	secrets["API token without an Idempotency-Key"] = tok.Secret
-	var cl httpapi.ClusterResponse
+	var cl api.ClusterResponse
 	created("/api/v1/orgs/acme/clusters", "cl-1", map[string]any{"name": "eu-1"}).json(t, &cl)
 	require.NotNil(t, cl.JoinToken)
 	secrets["cluster's first join token"] = cl.JoinToken.Token
-	var jt httpapi.CreatedJoinToken
+	var jt api.CreatedJoinToken
 	created("/api/v1/orgs/acme/clusters/eu-1/join-tokens", "jt-1", map[string]any{"expiresInHours": 2}).json(t, &jt)
 	secrets["join token"] = jt.Token
 
@@ -108,7 +108,7 @@ func TestReplayNeverShowsARevokedSecret(t *testing.T) {
 	body := map[string]any{"name": "ci", "scopes": []string{"projects:read"}}
 	r := c.do("POST", "/api/v1/tokens", root, body, "Idempotency-Key", "k1")
 	require.Equal(t, 201, r.status)
-	var tok httpapi.CreatedToken
+	var tok api.CreatedToken
 	r.json(t, &tok)
 	require.Equal(t, 201, c.do("POST", "/api/v1/tokens", root, body, "Idempotency-Key", "k1").status)
 	require.Equal(t, 204, c.do("DELETE", "/api/v1/tokens/"+tok.ID, root, nil).status)
@@ -116,14 +116,14 @@ func TestReplayNeverShowsARevokedSecret(t *testing.T) {
 
 	r = c.do("POST", "/api/v1/orgs/acme/clusters", root, map[string]any{"name": "eu-1"}, "Idempotency-Key", "k2")
 	require.Equal(t, 201, r.status)
-	var cl httpapi.ClusterResponse
+	var cl api.ClusterResponse
 	r.json(t, &cl)
 	require.Equal(t, 204, c.do("DELETE", "/api/v1/orgs/acme/clusters/eu-1/join-tokens/"+cl.JoinToken.ID, root, nil).status)
 	gone(c.do("POST", "/api/v1/orgs/acme/clusters", root, map[string]any{"name": "eu-1"}, "Idempotency-Key", "k2"), cl.JoinToken.Token, "secret_revoked")
 
 	r = c.do("POST", "/api/v1/orgs/acme/clusters/eu-1/join-tokens", root, map[string]any{}, "Idempotency-Key", "k3")
 	require.Equal(t, 201, r.status)
-	var jt httpapi.CreatedJoinToken
+	var jt api.CreatedJoinToken
 	r.json(t, &jt)
 	require.Equal(t, 204, c.do("DELETE", "/api/v1/orgs/acme/clusters/eu-1/join-tokens/"+jt.ID, root, nil).status)
 	gone(c.do("POST", "/api/v1/orgs/acme/clusters/eu-1/join-tokens", root, map[string]any{}, "Idempotency-Key", "k3"), jt.Token, "secret_revoked")

@@ -7,42 +7,13 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
-// ServiceRequest creates or (PATCH: absent fields stay) changes a service.
-// Without processes a service gets one "web" process with Port and Replicas.
-// ProgressDeadlineSeconds bounds how long a release may take to become ready
-// once its pods start (0: the default, 600; at most 86400); a release that
-// is not ready by then fails and the one before it runs again.
-type ServiceRequest struct {
-	Name       string `json:"name,omitempty"`
-	Image      string `json:"image,omitempty"`
-	GitURL     string `json:"gitUrl,omitempty" input:"max=2048"`
-	GitBranch  string `json:"gitBranch,omitempty"`
-	Dockerfile string `json:"dockerfile,omitempty" input:"max=1024"`
-	Context    string `json:"context,omitempty" input:"max=1024"`
-	// GitToken (an HTTPS token, with GitUsername) or GitSSHKey (a deploy
-	// key, PEM) reads a private repository: sealed before it is stored,
-	// delivered only to the build, never returned. GitCredentialNone
-	// removes the one set.
-	GitUsername string `json:"gitUsername,omitempty" input:"max=200"`
-	GitToken    string `json:"gitToken,omitempty" input:"opaque,max=4096"`
-	GitSSHKey   string `json:"gitSshKey,omitempty" input:"opaque,max=16384"`
-	// GitKnownHosts pins the forge's SSH host keys (known_hosts lines, as
-	// ssh-keyscan prints them) for GitSSHKey; without them the build
-	// accepts the host key on first contact.
-	GitKnownHosts           string           `json:"gitKnownHosts,omitempty" input:"max=16384"`
-	GitCredentialNone       bool             `json:"gitCredentialNone,omitempty"`
-	Port                    *int             `json:"port,omitempty"`
-	Replicas                *int             `json:"replicas,omitempty"`
-	Processes               []domain.Process `json:"processes,omitempty"`
-	ProgressDeadlineSeconds *int             `json:"progressDeadlineSeconds,omitempty"`
-}
-
 // deadline is the request's progress deadline, or current when it has none.
-func (req ServiceRequest) deadline(current int) int {
+func deadline(req api.ServiceRequest, current int) int {
 	if req.ProgressDeadlineSeconds != nil {
 		return *req.ProgressDeadlineSeconds
 	}
@@ -55,16 +26,15 @@ func (a *API) listServices(w http.ResponseWriter, r *http.Request, c *call) (int
 }
 
 // processes turns the request's shorthand into processes.
-func (req ServiceRequest) processes(current []domain.Process) []domain.Process {
+func processes(req api.ServiceRequest, current []api.Process) []domain.Process {
 	if len(req.Processes) > 0 {
-		return req.Processes
+		return domainProcesses(req.Processes)
 	}
-	procs := current
+	procs := domainProcesses(current)
 	if len(procs) == 0 {
 		procs = []domain.Process{{Name: "web", Replicas: 1}}
 	}
-	out := make([]domain.Process, len(procs))
-	copy(out, procs)
+	out := procs
 	for i := range out {
 		if out[i].Name != "web" && len(out) > 1 {
 			continue
@@ -83,7 +53,7 @@ func (req ServiceRequest) processes(current []domain.Process) []domain.Process {
 }
 
 func (a *API) createService(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req ServiceRequest
+	var req api.ServiceRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -92,12 +62,12 @@ func (a *API) createService(w http.ResponseWriter, r *http.Request, c *call) (in
 	}
 	ctx := r.Context()
 	id := uuid.NewString()
-	src, err := a.sourceOf(ctx, c, req, query.ServiceSource{})
+	src, err := a.sourceOf(ctx, c, req, domain.Source{})
 	if err != nil {
 		return 0, nil, err
 	}
-	if _, err := a.projectCommand(ctx, r, c, domain.CreateService{ServiceID: id, Name: req.Name, Source: src, Processes: req.processes(nil),
-		ProgressDeadlineSeconds: req.deadline(0)}); err != nil {
+	if _, err := a.projectCommand(ctx, r, c, domain.CreateService{ServiceID: id, Name: req.Name, Source: src, Processes: processes(req, nil),
+		ProgressDeadlineSeconds: deadline(req, 0)}); err != nil {
 		return 0, nil, err
 	}
 	s, err := query.ServiceByName(ctx, a.pool, c.project.ID, req.Name)
@@ -108,8 +78,8 @@ func (a *API) createService(w http.ResponseWriter, r *http.Request, c *call) (in
 // repository replaces the current source; a Git source's other fields and its
 // credential change where the request names them. A credential is sealed
 // here, before anything is decided.
-func (a *API) sourceOf(ctx context.Context, c *call, req ServiceRequest, current query.ServiceSource) (domain.Source, error) {
-	src := current.Domain()
+func (a *API) sourceOf(ctx context.Context, c *call, req api.ServiceRequest, current domain.Source) (domain.Source, error) {
+	src := current
 	switch {
 	case req.Image != "":
 		src = domain.Source{Image: req.Image}
@@ -169,7 +139,7 @@ func (a *API) getService(w http.ResponseWriter, r *http.Request, c *call) (int, 
 }
 
 func (a *API) updateService(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req ServiceRequest
+	var req api.ServiceRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -177,12 +147,16 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request, c *call) (in
 		return 0, nil, errorf(http.StatusUnprocessableEntity, "validation_failed", "a service cannot be renamed")
 	}
 	ctx := r.Context()
-	src, err := a.sourceOf(ctx, c, req, c.service.Source)
+	current, err := query.ServiceSourceByID(ctx, a.pool, c.service.ID)
 	if err != nil {
 		return 0, nil, err
 	}
-	if _, err := a.projectCommand(ctx, r, c, domain.UpdateService{ServiceID: c.service.ID, Source: src, Processes: req.processes(c.service.Processes),
-		ProgressDeadlineSeconds: req.deadline(c.service.ProgressDeadlineSeconds)}); err != nil {
+	src, err := a.sourceOf(ctx, c, req, current)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := a.projectCommand(ctx, r, c, domain.UpdateService{ServiceID: c.service.ID, Source: src, Processes: processes(req, c.service.Processes),
+		ProgressDeadlineSeconds: deadline(req, c.service.ProgressDeadlineSeconds)}); err != nil {
 		return 0, nil, err
 	}
 	s, err := query.ServiceByName(ctx, a.pool, c.project.ID, c.service.Name)
@@ -191,4 +165,17 @@ func (a *API) updateService(w http.ResponseWriter, r *http.Request, c *call) (in
 
 func (a *API) deleteService(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	return a.noContentOrChangeSet(r, c, domain.DeleteService{ServiceID: c.service.ID})
+}
+
+// domainProcesses are the API's processes as the domain takes them (a new
+// slice: the caller may change it).
+func domainProcesses(ps []api.Process) []domain.Process {
+	out := make([]domain.Process, len(ps))
+	for i, p := range ps {
+		out[i] = domain.Process{Name: p.Name, Command: p.Command, Port: p.Port, Replicas: p.Replicas}
+		if h := p.HealthCheck; h != nil {
+			out[i].HealthCheck = &domain.HealthCheck{Path: h.Path, Port: h.Port, InitialDelaySeconds: h.InitialDelaySeconds, PeriodSeconds: h.PeriodSeconds}
+		}
+	}
+	return out
 }

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/query"
-	"github.com/nebulactrl/nebulactrl/internal/telemetry"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 
@@ -18,7 +18,7 @@ func (a *API) listAcknowledgements(w http.ResponseWriter, r *http.Request, c *ca
 
 func (a *API) state(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	ctx := r.Context()
-	var rev projections.Revision
+	var rev api.Revision
 	var err error
 	at := r.URL.Query().Get("at")
 	switch {
@@ -47,16 +47,6 @@ func (a *API) state(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 	return http.StatusOK, rev, nil
 }
 
-// LogPage is a page of a service's container logs, in the envelope of
-// every list. Logs are followed, so Next is always present: the position
-// to continue from (pass it as ?cursor=), the same as the cursor asked for
-// when no new line came.
-type LogPage struct {
-	Items []telemetry.LogLine `json:"items"`
-	// Next is always present: where to continue following from.
-	Next string `json:"next"`
-}
-
 func (a *API) logs(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	limit, err := intQuery(r, "limit", 200, 1, 5000)
 	if err != nil {
@@ -71,13 +61,13 @@ func (a *API) logs(w http.ResponseWriter, r *http.Request, c *call) (int, any, e
 		return 0, nil, err
 	}
 	if lines == nil {
-		lines = []telemetry.LogLine{}
+		lines = []api.LogLine{}
 	}
 	next := after
 	if len(lines) > 0 {
 		next = lines[len(lines)-1].ID
 	}
-	return http.StatusOK, LogPage{Items: lines, Next: strconv.FormatInt(next, 10)}, nil
+	return http.StatusOK, api.LogPage{Items: lines, Next: strconv.FormatInt(next, 10)}, nil
 }
 
 func (a *API) workloads(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
@@ -40,28 +41,6 @@ type streamEvent struct {
 	name, doc string
 	payload   any
 }
-
-// DeploymentStageEvent is the data of a deployment stream's "stage" event:
-// one stage of the rollout (its id is Seq), with where the deployment stands
-// as it is sent (status, stalled, reason, blockers). The stream closes after
-// the stage that ends the deployment (succeeded, failed or superseded).
-type DeploymentStageEvent struct {
-	DeploymentID string `json:"deploymentId"`
-	query.DeploymentStage
-	Status       string     `json:"status"`
-	Stalled      bool       `json:"stalled"`
-	StalledSince *time.Time `json:"stalledSince,omitempty"`
-	Reason       string     `json:"reason,omitempty"`
-	SupersededBy string     `json:"supersededBy,omitempty"`
-	Blockers     []string   `json:"blockers"`
-	// Terminal is set on the stage that ends the deployment: the last event.
-	Terminal bool `json:"terminal"`
-}
-
-// EnvironmentEvent is the data of an environment stream's "audit" event: an
-// audit log entry about the environment, its services there, its
-// deployments or its change sets. Its id is the entry's Seq.
-type EnvironmentEvent = query.AuditEntry
 
 // sse writes one stream.
 type sse struct {
@@ -244,7 +223,7 @@ func (a *API) deploymentEvents(w http.ResponseWriter, r *http.Request, c *call) 
 				return false, err
 			}
 			for _, st := range stages {
-				ev := DeploymentStageEvent{DeploymentID: id, DeploymentStage: st, Status: v.Status, Stalled: v.Stalled,
+				ev := api.DeploymentStageEvent{DeploymentID: id, DeploymentStage: st, Status: v.Status, Stalled: v.Stalled,
 					StalledSince: v.StalledSince, Reason: v.Reason, SupersededBy: v.SupersededBy, Blockers: v.Blockers, Terminal: st.Terminal()}
 				if err := s.event("stage", strconv.Itoa(st.Seq), ev); err != nil {
 					return true, nil
@@ -271,7 +250,7 @@ func (a *API) deploymentEvents(w http.ResponseWriter, r *http.Request, c *call) 
 
 // watchKey is what a "deployment" update is sent for: the stall flag and
 // the blockers (stages, and the status with them, come as stage events).
-func watchKey(v DeploymentView) string {
+func watchKey(v api.DeploymentView) string {
 	since := ""
 	if v.StalledSince != nil {
 		since = v.StalledSince.UTC().Format(time.RFC3339Nano)
@@ -285,10 +264,6 @@ func watchKey(v DeploymentView) string {
 func (a *API) environmentEvents(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	return a.auditStream(w, r, c, query.AuditFilter{OrgID: c.org.ID, EnvironmentID: c.env.ID})
 }
-
-// AuditEvent is the data of an organisation's audit stream's "audit"
-// event: a new entry of its audit log. Its id is the entry's Seq.
-type AuditEvent = query.AuditEntry
 
 // auditEvents streams an organisation's audit log as "audit" events whose
 // id is the entry's seq, filtered like the list by action, actor, target

@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
@@ -54,10 +54,10 @@ func newRollout(t *testing.T) *rollout {
 	r.must(r.c.do("POST", "/api/v1/orgs/acme/projects/shop/environments", r.root, map[string]any{"name": "production", "cluster": "eu-1", "protected": true}), 201)
 	r.must(r.c.do("POST", "/api/v1/orgs/acme/projects/shop/services", r.root, map[string]any{"name": "api", "image": r.image, "port": 8080,
 		"progressDeadlineSeconds": 900}), 201)
-	var org query.Organisation
+	var org api.Organisation
 	r.c.do("GET", "/api/v1/orgs/acme", r.root, nil).json(t, &org)
 	r.orgID = org.ID
-	var cl httpapi.ClusterResponse
+	var cl api.ClusterResponse
 	r.c.do("GET", "/api/v1/orgs/acme/clusters/eu-1", r.root, nil).json(t, &cl)
 	r.cluster = cl.ID
 	pool, err := pgxpool.New(context.Background(), r.srv.DatabaseURL)
@@ -80,12 +80,12 @@ const target = "/api/v1/orgs/acme/projects/shop/environments/staging/services/ap
 // reactions delivered the deployment.
 func (r *rollout) deploy() string {
 	r.t.Helper()
-	var res httpapi.DeployResponse
+	var res api.DeployResponse
 	r.must(r.c.do("POST", target+"/deployments", r.root, map[string]any{}), 202).json(r.t, &res)
 	require.NotNil(r.t, res.Deployment)
 	id := res.Deployment.ID
 	require.Eventually(r.t, func() bool {
-		var d httpapi.DeploymentDetail
+		var d api.DeploymentDetail
 		r.must(r.c.do("GET", target+"/deployments/"+id, r.root, nil), 200).json(r.t, &d)
 		return d.Status == string(domain.StatusDelivering)
 	}, 20*time.Second, 50*time.Millisecond, "the deployment is delivered")
@@ -125,7 +125,7 @@ func (c *client) openStream(t *testing.T, path, token, lastID string) *stream {
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	require.Equal(t, 200, resp.StatusCode)
-	require.Equal(t, httpapi.StreamMediaType, resp.Header.Get("Content-Type"))
+	require.Equal(t, api.StreamMediaType, resp.Header.Get("Content-Type"))
 	s := &stream{t: t, c: c, req: req, resp: resp, cancel: cancel, events: make(chan sseEvent, 100), ended: make(chan struct{})}
 	go func() {
 		defer close(s.ended)
@@ -187,20 +187,20 @@ func (s *stream) validate() {
 	s.c.validate(s.req, nil, s.resp, s.raw.Bytes())
 }
 
-func stageOf(t *testing.T, e sseEvent) httpapi.DeploymentStageEvent {
+func stageOf(t *testing.T, e sseEvent) api.DeploymentStageEvent {
 	t.Helper()
 	require.Equal(t, "stage", e.name, "%s", e.data)
-	var st httpapi.DeploymentStageEvent
+	var st api.DeploymentStageEvent
 	require.NoError(t, json.Unmarshal(e.data, &st))
 	require.Equal(t, strconv.Itoa(st.Seq), e.id, "a stage event's id is its seq")
 	return st
 }
 
-func deploymentOf(t *testing.T, e sseEvent) httpapi.DeploymentView {
+func deploymentOf(t *testing.T, e sseEvent) api.DeploymentView {
 	t.Helper()
 	require.Equal(t, "deployment", e.name, "%s", e.data)
 	require.Empty(t, e.id, "a deployment snapshot has no id: resuming goes by stages")
-	var d httpapi.DeploymentView
+	var d api.DeploymentView
 	require.NoError(t, json.Unmarshal(e.data, &d))
 	return d
 }
@@ -215,15 +215,15 @@ func TestDeploymentEventStream(t *testing.T) {
 	events := target + "/deployments/" + id + "/events"
 
 	// The read of one deployment, and of the service in the environment.
-	var d httpapi.DeploymentDetail
+	var d api.DeploymentDetail
 	r.must(r.c.do("GET", target+"/deployments/"+id, r.root, nil), 200).json(t, &d)
-	require.Equal(t, []string{httpapi.BlockerDelivery}, d.Blockers, "no agent: the cluster is disconnected and the revision not applied")
+	require.Equal(t, []string{api.BlockerDelivery}, d.Blockers, "no agent: the cluster is disconnected and the revision not applied")
 	require.Len(t, d.Stages, 1)
 	require.Equal(t, "delivering", d.Stages[0].Stage)
 	require.Equal(t, 1, d.Stages[0].Seq)
 	require.Equal(t, "system:reactions", d.Stages[0].Actor)
 	require.Positive(t, d.Revision)
-	var latest httpapi.DeploymentDetail
+	var latest api.DeploymentDetail
 	one := r.must(r.c.do("GET", target+"/deployments/latest", r.root, nil), 200)
 	one.json(t, &latest)
 	require.Equal(t, id, latest.ID)
@@ -231,7 +231,7 @@ func TestDeploymentEventStream(t *testing.T) {
 	require.Regexp(t, `^"deployment-`+id+`\.[1-9]\d*"$`, one.header.Get("ETag"))
 	r.must(r.c.do("GET", target+"/deployments/"+uuid.NewString(), r.root, nil), 404)
 	r.must(r.c.do("GET", "/api/v1/orgs/acme/projects/shop/environments/production/services/api/deployments/"+id, r.root, nil), 404)
-	var tv httpapi.TargetView
+	var tv api.TargetView
 	r.must(r.c.do("GET", target, r.root, nil), 200).json(t, &tv)
 	require.Equal(t, id, tv.LatestDeployment.ID)
 	require.Nil(t, tv.DeploysPaused)
@@ -241,10 +241,10 @@ func TestDeploymentEventStream(t *testing.T) {
 	snap := deploymentOf(t, s.next())
 	require.Equal(t, id, snap.ID)
 	require.Equal(t, "delivering", snap.Status)
-	require.Equal(t, []string{httpapi.BlockerDelivery}, snap.Blockers)
+	require.Equal(t, []string{api.BlockerDelivery}, snap.Blockers)
 	st := stageOf(t, s.next())
 	require.Equal(t, "delivering", st.Stage)
-	require.Equal(t, []string{httpapi.BlockerDelivery}, st.Blockers)
+	require.Equal(t, []string{api.BlockerDelivery}, st.Blockers)
 
 	r.report(id, domain.StatusStarting, 0, 2)
 	st = stageOf(t, s.next())
@@ -318,7 +318,7 @@ func TestDeploymentEventStream(t *testing.T) {
 	r.must(r.c.do("GET", target+"/deployments/latest/events", "nbl_0000_x", nil), 401)
 
 	// The list shows the stage, pods and flags.
-	var list []httpapi.DeploymentView
+	var list []api.DeploymentView
 	r.must(r.c.do("GET", target+"/deployments", r.root, nil), 200).items(t, &list)
 	require.Len(t, list, 1)
 	require.Equal(t, "succeeded", list[0].Status)
@@ -337,7 +337,7 @@ func TestDeploymentStreamEndsWhenSuperseded(t *testing.T) {
 	deploymentOf(t, s.next())
 	require.Equal(t, "delivering", stageOf(t, s.next()).Stage)
 	second := r.deploy()
-	var st httpapi.DeploymentStageEvent
+	var st api.DeploymentStageEvent
 	for st.Stage != "superseded" {
 		st = stageOf(t, s.next())
 	}
@@ -357,12 +357,12 @@ func TestEnvironmentEventStream(t *testing.T) {
 	r.must(r.c.do("PUT", "/api/v1/orgs/acme/projects/shop/environments/production/variables", r.root,
 		map[string]any{"variables": []map[string]any{{"name": "REGION", "value": "us"}}}), 202)
 	id := r.deploy()
-	var got []query.AuditEntry
+	var got []api.AuditEntry
 	seen := map[string]bool{}
 	for !seen["deployment.deliver"] {
 		e := s.next()
 		require.Equal(t, "audit", e.name)
-		var a query.AuditEntry
+		var a api.AuditEntry
 		require.NoError(t, json.Unmarshal(e.data, &a))
 		require.Equal(t, strconv.FormatInt(a.Seq, 10), e.id)
 		if len(got) > 0 {
@@ -384,16 +384,16 @@ func TestEnvironmentEventStream(t *testing.T) {
 	}
 	lastID := strconv.FormatInt(got[len(got)-1].Seq, 10)
 	s = r.c.openStream(t, env+"/events", r.root, lastID)
-	var resumed []query.AuditEntry
+	var resumed []api.AuditEntry
 	for len(resumed) == 0 || resumed[len(resumed)-1].Action != "deployment.succeed" {
-		var a query.AuditEntry
+		var a api.AuditEntry
 		require.NoError(t, json.Unmarshal(s.next().data, &a))
 		resumed = append(resumed, a)
 	}
 	s.close()
 	s.validate()
 	// Exactly what the audit log has about the environment after that seq.
-	var page httpapi.AuditPage
+	var page api.AuditPage
 	r.must(r.c.do("GET", "/api/v1/orgs/acme/audit?cursor="+lastID, r.root, nil), 200).json(t, &page)
 	var want []int64
 	for _, e := range page.Items {
@@ -427,8 +427,8 @@ func TestChangeSetsRollbackPausesAndDeadlines(t *testing.T) {
 	t.Parallel()
 	r := newRollout(t)
 	prod := "/api/v1/orgs/acme/projects/shop/environments/production"
-	set := func(name, value string, secret bool) httpapi.VariablesResponse {
-		var v httpapi.VariablesResponse
+	set := func(name, value string, secret bool) api.VariablesResponse {
+		var v api.VariablesResponse
 		r.must(r.c.do("PUT", prod+"/services/api/variables", r.root,
 			map[string]any{"variables": []map[string]any{{"name": name, "value": value, "secret": secret}}}), 202).json(t, &v)
 		require.NotNil(t, v.ChangeSet)
@@ -441,14 +441,14 @@ func TestChangeSetsRollbackPausesAndDeadlines(t *testing.T) {
 	require.Equal(t, 2, second.ChangeSet.Version)
 	id := first.ChangeSet.ID
 
-	var cs httpapi.ChangeSetView
+	var cs api.ChangeSetView
 	res := r.must(r.c.do("GET", prod+"/changesets/"+id, r.root, nil), 200)
 	require.NotContains(t, string(res.body), "s3cr3t-value")
 	res.json(t, &cs)
 	require.Equal(t, 2, cs.Version)
 	require.Equal(t, "open", cs.Status)
 	require.Len(t, cs.Diff, 2)
-	require.Equal(t, query.DiffSetVariable, cs.Diff[0].Kind)
+	require.Equal(t, api.DiffSetVariable, cs.Diff[0].Kind)
 	require.Equal(t, "api", cs.Diff[0].Service)
 	require.Nil(t, cs.Diff[0].Old, "not set yet")
 	require.Equal(t, "warn", *cs.Diff[0].New)
@@ -456,7 +456,7 @@ func TestChangeSetsRollbackPausesAndDeadlines(t *testing.T) {
 	require.Equal(t, query.Masked, *cs.Diff[1].New)
 	r.must(r.c.do("GET", prod+"/changesets/"+uuid.NewString(), r.root, nil), 404)
 	r.must(r.c.do("GET", "/api/v1/orgs/acme/projects/shop/environments/staging/changesets/"+id, r.root, nil), 404)
-	var open []query.ChangeSet
+	var open []api.ChangeSet
 	r.must(r.c.do("GET", prod+"/changesets?status=open", r.root, nil), 200).items(t, &open)
 	require.Len(t, open, 1)
 	require.Equal(t, 2, open[0].Version)
@@ -470,17 +470,17 @@ func TestChangeSetsRollbackPausesAndDeadlines(t *testing.T) {
 	res = r.must(r.c.do("POST", prod+"/changesets/"+id+"/approve", bob, map[string]any{"version": 1}), 409)
 	_, msg := res.errorCode(t)
 	require.Contains(t, msg, "review it again")
-	var decided query.ChangeSet
+	var decided api.ChangeSet
 	r.must(r.c.do("POST", prod+"/changesets/"+id+"/approve", bob, map[string]any{"version": 2}), 200).json(t, &decided)
 	require.Equal(t, "approved", decided.Status)
 
 	// A rollback pauses the automatic deploys of the service there.
 	r.deploy()
 	r.deploy()
-	var rb httpapi.DeployResponse
+	var rb api.DeployResponse
 	r.must(r.c.do("POST", target+"/rollback", r.root, map[string]any{"release": 1}), 202).json(t, &rb)
 	require.True(t, rb.Deployment.Rollback)
-	var tv httpapi.TargetView
+	var tv api.TargetView
 	r.must(r.c.do("GET", target, r.root, nil), 200).json(t, &tv)
 	require.NotNil(t, tv.DeploysPaused)
 	require.NotEmpty(t, tv.DeploysPaused.Reason)
@@ -491,13 +491,13 @@ func TestChangeSetsRollbackPausesAndDeadlines(t *testing.T) {
 	r.must(r.c.do("POST", "/api/v1/users", r.root, map[string]any{"email": viewer, "password": "correct horse battery staple"}), 201)
 	r.must(r.c.do("POST", "/api/v1/orgs/acme/members", r.root, map[string]any{"email": viewer, "role": "viewer"}), 201)
 	r.must(r.c.do("POST", target+"/resume-deploys", login(t, r.c, viewer), nil), 403)
-	var resumed httpapi.TargetView
+	var resumed api.TargetView
 	r.must(r.c.do("POST", target+"/resume-deploys", r.root, nil), 200).json(t, &resumed)
 	require.Nil(t, resumed.DeploysPaused)
 	r.must(r.c.do("POST", target+"/resume-deploys", r.root, nil), 200)
 
 	// The progress deadline: kept by a change that does not name it.
-	var svc query.Service
+	var svc api.Service
 	r.must(r.c.do("PATCH", "/api/v1/orgs/acme/projects/shop/services/api", r.root, map[string]any{"replicas": 3}), 200).json(t, &svc)
 	require.Equal(t, 900, svc.ProgressDeadlineSeconds)
 	r.must(r.c.do("PATCH", "/api/v1/orgs/acme/projects/shop/services/api", r.root, map[string]any{"progressDeadlineSeconds": 0}), 200).json(t, &svc)

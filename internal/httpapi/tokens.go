@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/credential"
 	"github.com/nebulactrl/nebulactrl/internal/query"
@@ -54,16 +55,16 @@ func (a *API) authenticate(r *http.Request) (domain.Principal, domain.Actor, str
 	actor := domain.Actor{Kind: domain.ActorUser, ID: user.ID, Name: user.Email}
 	if !tok.Session {
 		// A token narrows its user's rights to its scopes.
-		p.TokenScopes = tok.Scopes
-		if p.TokenScopes == nil {
-			p.TokenScopes = []domain.Scope{}
+		p.TokenScopes = make([]domain.Scope, len(tok.Scopes))
+		for i, s := range tok.Scopes {
+			p.TokenScopes[i] = domain.Scope(s)
 		}
 		actor = domain.Actor{Kind: domain.ActorToken, ID: tok.ID, Name: user.Email + " (token " + tok.Name + ")"}
 	}
 	return p, actor, tok.ID, nil
 }
 
-func (a *API) principal(ctx context.Context, userID string) (domain.Principal, query.User, error) {
+func (a *API) principal(ctx context.Context, userID string) (domain.Principal, api.User, error) {
 	user, err := query.UserByID(ctx, a.pool, userID)
 	if err != nil {
 		if isNotFound(err) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/agentbin"
 	"github.com/nebulactrl/nebulactrl/internal/backup"
@@ -20,51 +21,6 @@ import (
 // background (the reactions send the agent_upgrade and watch for the agent
 // to come back with the new version). None of this is offered to MCP tools:
 // replacing the binary of a root process is for people.
-
-// UpgradeRequest upgrades one server's agent to the control plane's version.
-type UpgradeRequest struct {
-	// Force installs a version the agent rolled back in the last 24 hours.
-	Force bool `json:"force,omitempty"`
-}
-
-// UpgradeAccepted is an upgrade on its way.
-type UpgradeAccepted struct {
-	UpgradeID string `json:"upgradeId"`
-	// Server is org/cluster/name.
-	Server string `json:"server"`
-	From   string `json:"from"`
-	To     string `json:"to"`
-}
-
-// RolloutRequest upgrades the agents of an organisation's servers that can
-// be upgraded now, one at a time in name order.
-type RolloutRequest struct {
-	// Org names the organisation (the caller needs servers:write there).
-	Org string `json:"org"`
-}
-
-// RolloutAccepted is a staged rollout on its way.
-type RolloutAccepted struct {
-	RolloutID string `json:"rolloutId"`
-	Version   string `json:"version"`
-	// Servers are the servers it upgrades, in order (org/cluster/name).
-	Servers []string `json:"servers"`
-}
-
-// InstanceUpgrade is where the instance stands: the control plane's version,
-// the agent binaries it serves, each server's version skew and last
-// upgrade, and the last pre-upgrade backup of the control plane.
-type InstanceUpgrade struct {
-	Version string `json:"version"`
-	// AgentBinaries are the architectures the control plane serves an agent
-	// binary for (empty for a build without embedded agents).
-	AgentBinaries    []string              `json:"agentBinaries"`
-	AgentAutoUpgrade bool                  `json:"agentAutoUpgrade"`
-	Servers          []query.ServerUpgrade `json:"servers"`
-	// PreUpgradeBackup is the outcome of the last backup taken before a
-	// schema migration (absent when none was taken).
-	PreUpgradeBackup *backup.Outcome `json:"preUpgradeBackup,omitempty"`
-}
 
 func (a *API) agentBinaries() agentbin.Source {
 	if a.cfg.AgentBinaries != nil {
@@ -88,7 +44,7 @@ func refusal(err error) error {
 }
 
 func (a *API) upgradeServer(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req UpgradeRequest
+	var req api.UpgradeRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -111,11 +67,11 @@ func (a *API) upgradeServer(w http.ResponseWriter, r *http.Request, c *call) (in
 	if err := a.settle(ctx, res); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusAccepted, UpgradeAccepted{UpgradeID: upgradeID, Server: srv.Server, From: srv.Version, To: a.cfg.Version}, nil
+	return http.StatusAccepted, api.UpgradeAccepted{UpgradeID: upgradeID, Server: srv.Server, From: srv.Version, To: a.cfg.Version}, nil
 }
 
 func (a *API) upgradeRollout(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req RolloutRequest
+	var req api.RolloutRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -168,7 +124,7 @@ func (a *API) upgradeRollout(w http.ResponseWriter, r *http.Request, c *call) (i
 	if err := a.settle(ctx, res); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusAccepted, RolloutAccepted{RolloutID: rolloutID, Version: a.cfg.Version, Servers: names}, nil
+	return http.StatusAccepted, api.RolloutAccepted{RolloutID: rolloutID, Version: a.cfg.Version, Servers: names}, nil
 }
 
 func (a *API) instanceUpgrade(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -190,6 +146,16 @@ func (a *API) instanceUpgrade(w http.ResponseWriter, r *http.Request, c *call) (
 		arches = append(arches, arch)
 	}
 	slices.Sort(arches)
-	return http.StatusOK, InstanceUpgrade{Version: a.cfg.Version, AgentBinaries: arches, AgentAutoUpgrade: settings.AgentAutoUpgrade,
-		Servers: servers, PreUpgradeBackup: last}, nil
+	return http.StatusOK, api.InstanceUpgrade{Version: a.cfg.Version, AgentBinaries: arches, AgentAutoUpgrade: settings.AgentAutoUpgrade,
+		Servers: servers, PreUpgradeBackup: preUpgradeBackup(last)}, nil
+}
+
+// preUpgradeBackup is the wire form of backup's record.
+func preUpgradeBackup(o *backup.Outcome) *api.PreUpgradeBackup {
+	if o == nil {
+		return nil
+	}
+	return &api.PreUpgradeBackup{Time: o.Time, Source: o.Source, FromVersion: o.FromVersion, TargetVersion: o.TargetVersion,
+		Succeeded: o.Succeeded, Forced: o.Forced, Reused: o.Reused, Destination: o.Destination, Dump: o.Dump,
+		DatabaseSize: o.DatabaseSize, SHA256: o.SHA256, Error: o.Error}
 }

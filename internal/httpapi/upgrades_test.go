@@ -12,9 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/agentbin"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
@@ -203,7 +202,7 @@ func newUpgradeWorld(t *testing.T, binaries bool) *upgradeWorld {
 	w.root = w.srv.Setup(t, "root@example.com", "acme")
 	r := w.c.do("POST", "/api/v1/orgs/acme/clusters", w.root, map[string]any{"name": "eu-1"})
 	require.Equal(t, http.StatusCreated, r.status, string(r.body))
-	var cl httpapi.ClusterResponse
+	var cl api.ClusterResponse
 	r.json(t, &cl)
 	w.join = cl.JoinToken.Token
 	return w
@@ -221,16 +220,16 @@ func (w *upgradeWorld) upgrade(t *testing.T, a *fakeUpgradeAgent, force bool) re
 	return w.c.do("POST", "/api/v1/servers/"+id+"/upgrade", w.root, map[string]any{"force": force})
 }
 
-func (w *upgradeWorld) status(t *testing.T) httpapi.InstanceUpgrade {
+func (w *upgradeWorld) status(t *testing.T) api.InstanceUpgrade {
 	t.Helper()
 	r := w.c.do("GET", "/api/v1/instance/upgrade", w.root, nil)
 	require.Equal(t, http.StatusOK, r.status, string(r.body))
-	var st httpapi.InstanceUpgrade
+	var st api.InstanceUpgrade
 	r.json(t, &st)
 	return st
 }
 
-func (w *upgradeWorld) server(t *testing.T, name string) query.ServerUpgrade {
+func (w *upgradeWorld) server(t *testing.T, name string) api.ServerUpgrade {
 	t.Helper()
 	for _, s := range w.status(t).Servers {
 		if s.Name == name {
@@ -238,19 +237,19 @@ func (w *upgradeWorld) server(t *testing.T, name string) query.ServerUpgrade {
 		}
 	}
 	t.Fatalf("server %s is not listed", name)
-	return query.ServerUpgrade{}
+	return api.ServerUpgrade{}
 }
 
 // audit returns the instance's audit entries of agent upgrades.
-func (w *upgradeWorld) audit(t *testing.T) []query.AuditEntry {
+func (w *upgradeWorld) audit(t *testing.T) []api.AuditEntry {
 	t.Helper()
 	r := w.c.do("GET", "/api/v1/audit?limit=1000", w.root, nil)
 	require.Equal(t, http.StatusOK, r.status, string(r.body))
 	var page struct {
-		Items []query.AuditEntry `json:"items"`
+		Items []api.AuditEntry `json:"items"`
 	}
 	r.json(t, &page)
-	var out []query.AuditEntry
+	var out []api.AuditEntry
 	for _, e := range page.Items {
 		if strings.HasPrefix(e.Action, "server.agent.upgrade") || e.Action == "instance.agent_auto_upgrade.update" {
 			out = append(out, e)
@@ -261,9 +260,9 @@ func (w *upgradeWorld) audit(t *testing.T) []query.AuditEntry {
 
 // waitAudit waits for an audit entry of action about target (a suffix of
 // the target's name) and returns it.
-func (w *upgradeWorld) waitAudit(t *testing.T, action, target string) query.AuditEntry {
+func (w *upgradeWorld) waitAudit(t *testing.T, action, target string) api.AuditEntry {
 	t.Helper()
-	var found query.AuditEntry
+	var found api.AuditEntry
 	require.Eventually(t, func() bool {
 		for _, e := range w.audit(t) {
 			if e.Action == action && strings.HasSuffix(e.Target.Name, target) {
@@ -276,7 +275,7 @@ func (w *upgradeWorld) waitAudit(t *testing.T, action, target string) query.Audi
 	return found
 }
 
-func actions(entries []query.AuditEntry, target string) []string {
+func actions(entries []api.AuditEntry, target string) []string {
 	var out []string
 	for _, e := range entries {
 		if strings.HasSuffix(e.Target.Name, target) {
@@ -325,7 +324,7 @@ func TestAgentUpgradeErrorCodes(t *testing.T) {
 	requireCode(t, w.upgrade(t, riscv, false), http.StatusUnprocessableEntity, "no_agent_binary")
 	r := w.upgrade(t, busy, false)
 	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
-	var acc httpapi.UpgradeAccepted
+	var acc api.UpgradeAccepted
 	r.json(t, &acc)
 	require.Equal(t, "acme/eu-1/busy", acc.Server)
 	require.Equal(t, "1.4.0", acc.From)
@@ -362,7 +361,7 @@ func TestAgentUpgradeErrorCodes(t *testing.T) {
 	joinAgent(t, w.srv, w.join, "slow", "1.4.0", yes(), upgradeHangs)
 	r = w.c.do("POST", "/api/v1/servers/upgrade", w.root, map[string]any{"org": "acme"})
 	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
-	var ro httpapi.RolloutAccepted
+	var ro api.RolloutAccepted
 	r.json(t, &ro)
 	require.Equal(t, []string{"acme/eu-1/slow"}, ro.Servers, "only the servers that can be upgraded now")
 	requireCode(t, w.c.do("POST", "/api/v1/servers/upgrade", w.root, map[string]any{"org": "acme"}), http.StatusConflict, "upgrade_in_progress")
@@ -393,7 +392,7 @@ func TestAgentRolloutHaltsAtTheFirstFailure(t *testing.T) {
 	b := joinAgent(t, w.srv, w.join, "node-b", "1.4.0", yes(), upgradeFails)
 	r := w.c.do("POST", "/api/v1/servers/upgrade", w.root, map[string]any{"org": "acme"})
 	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
-	var ro httpapi.RolloutAccepted
+	var ro api.RolloutAccepted
 	r.json(t, &ro)
 	require.Equal(t, []string{"acme/eu-1/node-a", "acme/eu-1/node-b", "acme/eu-1/node-c"}, ro.Servers)
 	require.Equal(t, "1.5.0", ro.Version)
@@ -503,7 +502,7 @@ func TestAgentUpgradeTimeoutAndRollback(t *testing.T) {
 	// expire over a day of the injected clock: a token does not.
 	r = w.c.do("POST", "/api/v1/tokens", w.root, map[string]any{"name": "upgrades", "scopes": []string{"instance:admin", "servers:write", "audit:read"}})
 	require.Equal(t, http.StatusCreated, r.status, string(r.body))
-	var tok httpapi.CreatedToken
+	var tok api.CreatedToken
 	r.json(t, &tok)
 	w.root = tok.Secret
 	w.autoUpgrade(t, true)

@@ -5,38 +5,14 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
-// VariableInput is one variable to set. A secret's value is sealed before it
-// is stored and never returned.
-type VariableInput struct {
-	Name   string `json:"name"`
-	Value  string `json:"value" input:"opaque,max=32768"`
-	Secret bool   `json:"secret,omitempty"`
-}
-
-// SetVariablesRequest sets variables.
-type SetVariablesRequest struct {
-	Variables []VariableInput `json:"variables"`
-}
-
-// VariablesResponse lists variables after a change, or the change set that
-// holds the change for a protected environment.
-type VariablesResponse struct {
-	Variables []query.Variable `json:"variables"`
-	ChangeSet *query.ChangeSet `json:"changeSet,omitempty"`
-}
-
-// AddDomainRequest routes a host name to a service.
-type AddDomainRequest struct {
-	Host string `json:"host"`
-}
-
 func (a *API) listVariables(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var vars []query.Variable
+	var vars []api.Variable
 	var err error
 	if c.service.ID == "" {
 		vars, err = query.Variables(r.Context(), a.pool, c.env.ID, "")
@@ -47,7 +23,7 @@ func (a *API) listVariables(w http.ResponseWriter, r *http.Request, c *call) (in
 }
 
 func (a *API) setVariables(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req SetVariablesRequest
+	var req api.SetVariablesRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}
@@ -91,7 +67,7 @@ func (a *API) variablesAfter(ctx context.Context, r *http.Request, c *call, res 
 	if cs != nil {
 		status = http.StatusAccepted
 	}
-	return status, VariablesResponse{Variables: listed.([]query.Variable), ChangeSet: cs}, nil
+	return status, api.VariablesResponse{Variables: listed.([]api.Variable), ChangeSet: cs}, nil
 }
 
 func (a *API) unsetVariable(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -109,7 +85,7 @@ func (a *API) listDomains(w http.ResponseWriter, r *http.Request, c *call) (int,
 }
 
 func (a *API) addDomain(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	var req AddDomainRequest
+	var req api.AddDomainRequest
 	if err := decodeJSON(c.body, &req); err != nil {
 		return 0, nil, err
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/httpapi"
-	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -53,10 +53,10 @@ func newHookEnv(t *testing.T) *hookEnv {
 	}
 	// The deployer follows feature/x in qa only (Forgejo's example pushes it).
 	h.must(h.c.do("PUT", shopPath+"/environments/qa/services/deployer/tracking", h.root, map[string]any{"branch": "feature/x"}), 200)
-	var info httpapi.WebhookInfo
+	var info api.WebhookInfo
 	h.must(h.c.do("GET", shopPath+"/webhook", h.root, nil), 200).json(t, &info)
 	require.False(t, info.SecretSet)
-	var s httpapi.WebhookSecret
+	var s api.WebhookSecret
 	h.must(h.c.do("POST", shopPath+"/webhook/rotate", h.root, nil), 200).json(t, &s)
 	require.True(t, strings.HasPrefix(s.URL, "http://127.0.0.1"+httpapi.HookPath), s.URL)
 	require.NotEmpty(t, s.Secret)
@@ -129,14 +129,14 @@ func (h *hookEnv) deliver(provider, event, id, secret, body string) response {
 	return h.c.do("POST", h.url, "", body, signed(provider, event, id, secret, body)...)
 }
 
-func (h *hookEnv) builds() []query.Build {
-	var bs []query.Build
+func (h *hookEnv) builds() []api.Build {
+	var bs []api.Build
 	h.must(h.c.do("GET", shopPath+"/builds?limit=1000", h.root, nil), 200).items(h.t, &bs)
 	return bs
 }
 
-func (h *hookEnv) deliveries() []query.Delivery {
-	var ds []query.Delivery
+func (h *hookEnv) deliveries() []api.Delivery {
+	var ds []api.Delivery
 	h.must(h.c.do("GET", shopPath+"/webhook/deliveries?limit=1000", h.root, nil), 200).items(h.t, &ds)
 	return ds
 }
@@ -174,7 +174,7 @@ func TestPushWebhooksOfEveryForge(t *testing.T) {
 		require.Len(t, h.builds(), before, "%s: nothing is built before the signature matched", tc.provider)
 		require.Empty(t, filterDeliveries(h.deliveries(), id))
 
-		var res httpapi.HookResponse
+		var res api.HookResponse
 		h.must(h.deliver(tc.provider, tc.event, id, h.secret, body), 200).json(t, &res)
 		require.Equal(t, "building", res.Outcome, "%s: %s", tc.provider, res.Reason)
 		// Staging and qa share eu-1: one build there; production is on us-1.
@@ -182,7 +182,7 @@ func TestPushWebhooksOfEveryForge(t *testing.T) {
 		h.must(h.deliver(tc.provider, tc.event, id, h.secret, body), 200).json(t, &res)
 		require.Equal(t, "duplicate", res.Outcome, "%s: a redelivery is a no-op", tc.provider)
 
-		var mine []query.Build
+		var mine []api.Build
 		require.Eventually(t, func() bool {
 			mine = nil
 			for _, b := range h.builds() {
@@ -208,15 +208,15 @@ func TestPushWebhooksOfEveryForge(t *testing.T) {
 		require.Equal(t, "building", d[0].Outcome)
 		require.Equal(t, tc.provider, d[0].Provider)
 	}
-	var audit httpapi.AuditPage
+	var audit api.AuditPage
 	h.must(h.c.do("GET", "/api/v1/orgs/acme/audit?action=webhook.delivery", h.root, nil), 200).json(t, &audit)
 	require.Len(t, audit.Items, len(cases), "each delivery is audited once")
 	h.must(h.c.do("GET", "/api/v1/orgs/acme/audit?action=build.queue", h.root, nil), 200).json(t, &audit)
 	require.NotEmpty(t, audit.Items)
 }
 
-func filterDeliveries(ds []query.Delivery, id string) []query.Delivery {
-	var out []query.Delivery
+func filterDeliveries(ds []api.Delivery, id string) []api.Delivery {
+	var out []api.Delivery
 	for _, d := range ds {
 		if d.ID == id || d.ForgeID == id {
 			out = append(out, d)
@@ -245,7 +245,7 @@ func TestWebhookDeliveriesThatBuildNothing(t *testing.T) {
 		{"bitbucket", "repo:push", payload(t, "bitbucket/repo-push-branch-deleted.json"), "ignored", "was deleted"},
 		{"github", "ping", payload(t, "github/ping.json"), "ping", ""},
 	} {
-		var res httpapi.HookResponse
+		var res api.HookResponse
 		h.must(h.deliver(tc.provider, tc.event, uuid.NewString(), h.secret, tc.body), 200).json(t, &res)
 		require.Equal(t, tc.outcome, res.Outcome, tc.reason)
 		require.Contains(t, res.Reason, tc.reason)
@@ -271,7 +271,7 @@ func TestWebhookSecretRotation(t *testing.T) {
 	t.Parallel()
 	h := newHookEnv(t)
 	old := h.secret
-	var s httpapi.WebhookSecret
+	var s api.WebhookSecret
 	h.must(h.c.do("POST", shopPath+"/webhook/rotate", h.root, nil), 200).json(t, &s)
 	require.NotEqual(t, old, s.Secret)
 	require.NotNil(t, s.PreviousUntil)

@@ -5,72 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
-// Organisation is an organisation, with the asking user's role in it when
-// it was listed for a user.
-type Organisation struct {
-	ID        string      `json:"id"`
-	Name      string      `json:"name"`
-	CreatedAt time.Time   `json:"createdAt"`
-	Role      domain.Role `json:"role,omitempty"`
-}
-
-// Member is a user's membership of an organisation.
-type Member struct {
-	UserID string      `json:"userId"`
-	Email  string      `json:"email"`
-	Name   string      `json:"name"`
-	Role   domain.Role `json:"role"`
-	// Since is when the membership last changed: the projection keeps one
-	// time per membership, moved by a role change.
-	Since time.Time `json:"since"`
-}
-
-// User is a user account, without its password hash.
-type User struct {
-	ID            string    `json:"id"`
-	Email         string    `json:"email"`
-	Name          string    `json:"name"`
-	InstanceAdmin bool      `json:"instanceAdmin"`
-	CreatedAt     time.Time `json:"createdAt"`
-}
-
-// Token is an API token or a session, without its hash.
-type Token struct {
-	ID     string `json:"id"`
-	Name   string `json:"name"`
-	UserID string `json:"userId"`
-	// OrgID is the organisation the token is limited to, "" for all of the user's.
-	OrgID     string         `json:"orgId,omitempty"`
-	Scopes    []domain.Scope `json:"scopes"`
-	CreatedAt time.Time      `json:"createdAt"`
-	ExpiresAt *time.Time     `json:"expiresAt,omitempty"`
-	RevokedAt *time.Time     `json:"revokedAt,omitempty"`
-	// Session is set for the tokens the login creates, named "session:...".
-	Session bool `json:"session"`
-}
-
 // SessionPrefix starts the name of every token that is a login session.
 const SessionPrefix = "session:"
 
-func scanOrganisation(row pgx.Row) (Organisation, error) {
-	var o Organisation
+func scanOrganisation(row pgx.Row) (api.Organisation, error) {
+	var o api.Organisation
 	err := row.Scan(&o.ID, &o.Name, &o.CreatedAt, &o.Role)
 	return o, err
 }
 
 // OrganisationsOfUser lists the organisations userID is a member of, by
 // name, each with the user's role there.
-func OrganisationsOfUser(ctx context.Context, q eventstore.Querier, userID string) ([]Organisation, error) {
+func OrganisationsOfUser(ctx context.Context, q eventstore.Querier, userID string) ([]api.Organisation, error) {
 	if !validID(userID) {
-		return []Organisation{}, nil
+		return []api.Organisation{}, nil
 	}
 	return list(ctx, q, "organisations of user "+userID, scanOrganisation,
 		`SELECT o.id::text, o.name, o.created_at, m.role
@@ -81,24 +37,24 @@ func OrganisationsOfUser(ctx context.Context, q eventstore.Querier, userID strin
 
 // AllOrganisations lists every organisation by name, for the instance
 // administrator; Role is empty.
-func AllOrganisations(ctx context.Context, q eventstore.Querier) ([]Organisation, error) {
+func AllOrganisations(ctx context.Context, q eventstore.Querier) ([]api.Organisation, error) {
 	return list(ctx, q, "organisations", scanOrganisation,
 		`SELECT id::text, name, created_at, '' FROM organisations ORDER BY name`)
 }
 
 // OrganisationByName finds an organisation by its name; Role is empty.
-func OrganisationByName(ctx context.Context, q eventstore.Querier, name string) (Organisation, error) {
+func OrganisationByName(ctx context.Context, q eventstore.Querier, name string) (api.Organisation, error) {
 	return one(ctx, q, fmt.Sprintf("organisation %q", name), scanOrganisation,
 		`SELECT id::text, name, created_at, '' FROM organisations WHERE name = $1`, name)
 }
 
 // Members lists the members of an organisation by e-mail address.
-func Members(ctx context.Context, q eventstore.Querier, orgID string) ([]Member, error) {
+func Members(ctx context.Context, q eventstore.Querier, orgID string) ([]api.Member, error) {
 	if !validID(orgID) {
-		return []Member{}, nil
+		return []api.Member{}, nil
 	}
-	return list(ctx, q, "members of organisation "+orgID, func(row pgx.Row) (Member, error) {
-		var m Member
+	return list(ctx, q, "members of organisation "+orgID, func(row pgx.Row) (api.Member, error) {
+		var m api.Member
 		err := row.Scan(&m.UserID, &m.Email, &m.Name, &m.Role, &m.Since)
 		return m, err
 	}, `SELECT m.user_id::text, u.email, u.name, m.role, m.updated_at
@@ -134,8 +90,8 @@ func RolesOfUser(ctx context.Context, q eventstore.Querier, userID string) (map[
 
 const userColumns = `id::text, email, name, instance_admin, created_at`
 
-func scanUser(row pgx.Row) (User, error) {
-	var u User
+func scanUser(row pgx.Row) (api.User, error) {
+	var u api.User
 	err := row.Scan(&u.ID, &u.Email, &u.Name, &u.InstanceAdmin, &u.CreatedAt)
 	return u, err
 }
@@ -145,15 +101,15 @@ func scanUser(row pgx.Row) (User, error) {
 func normalizeEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
 // UserByID finds a user by id.
-func UserByID(ctx context.Context, q eventstore.Querier, userID string) (User, error) {
+func UserByID(ctx context.Context, q eventstore.Querier, userID string) (api.User, error) {
 	if !validID(userID) {
-		return User{}, notFound("user %q", userID)
+		return api.User{}, notFound("user %q", userID)
 	}
 	return one(ctx, q, "user "+userID, scanUser, `SELECT `+userColumns+` FROM users WHERE id = $1`, userID)
 }
 
 // UserByEmail finds a user by e-mail address, in any case.
-func UserByEmail(ctx context.Context, q eventstore.Querier, email string) (User, error) {
+func UserByEmail(ctx context.Context, q eventstore.Querier, email string) (api.User, error) {
 	email = normalizeEmail(email)
 	return one(ctx, q, fmt.Sprintf("user %q", email), scanUser, `SELECT `+userColumns+` FROM users WHERE email = $1`, email)
 }
@@ -184,23 +140,23 @@ func CountUsers(ctx context.Context, q eventstore.Querier) (int, error) {
 }
 
 // Users lists every user by e-mail address.
-func Users(ctx context.Context, q eventstore.Querier) ([]User, error) {
+func Users(ctx context.Context, q eventstore.Querier) ([]api.User, error) {
 	return list(ctx, q, "users", scanUser, `SELECT `+userColumns+` FROM users ORDER BY email`)
 }
 
 const tokenColumns = `id::text, name, user_id::text, coalesce(org_id::text, ''), scopes, created_at, expires_at, revoked_at`
 
-func scanToken(row pgx.Row) (Token, error) {
-	var t Token
+func scanToken(row pgx.Row) (api.Token, error) {
+	var t api.Token
 	err := row.Scan(&t.ID, &t.Name, &t.UserID, &t.OrgID, &t.Scopes, &t.CreatedAt, &t.ExpiresAt, &t.RevokedAt)
 	finishToken(&t)
 	return t, err
 }
 
 // finishToken fills what is derived rather than stored.
-func finishToken(t *Token) {
+func finishToken(t *api.Token) {
 	if t.Scopes == nil {
-		t.Scopes = []domain.Scope{}
+		t.Scopes = []string{}
 	}
 	t.Session = strings.HasPrefix(t.Name, SessionPrefix)
 }
@@ -208,9 +164,9 @@ func finishToken(t *Token) {
 // TokensOfUser lists a user's tokens and sessions: the ones still in force
 // first, newest first within each group; revoked ones are included and
 // carry RevokedAt.
-func TokensOfUser(ctx context.Context, q eventstore.Querier, userID string) ([]Token, error) {
+func TokensOfUser(ctx context.Context, q eventstore.Querier, userID string) ([]api.Token, error) {
 	if !validID(userID) {
-		return []Token{}, nil
+		return []api.Token{}, nil
 	}
 	return list(ctx, q, "tokens of user "+userID, scanToken,
 		`SELECT `+tokenColumns+` FROM api_tokens WHERE user_id = $1
@@ -220,7 +176,7 @@ func TokensOfUser(ctx context.Context, q eventstore.Querier, userID string) ([]T
 // TokenByHash finds the token whose hash is hash. Revoked and expired tokens
 // are returned too, so the caller can tell the client why it is refused; an
 // unknown hash is ErrNotFound. The hash is not echoed in the error.
-func TokenByHash(ctx context.Context, q eventstore.Querier, hash string) (Token, error) {
+func TokenByHash(ctx context.Context, q eventstore.Querier, hash string) (api.Token, error) {
 	return one(ctx, q, "token", scanToken, `SELECT `+tokenColumns+` FROM api_tokens WHERE token_hash = $1`, hash)
 }
 
@@ -229,12 +185,12 @@ func TokenByHash(ctx context.Context, q eventstore.Querier, hash string) (Token,
 // The hash is returned on its own, never inside Token, so a Token can be
 // sent as it is. Revoked and expired tokens are returned too, so the caller
 // can say why they are refused; an unknown or malformed id is ErrNotFound.
-func TokenByID(ctx context.Context, q eventstore.Querier, tokenID string) (Token, string, error) {
+func TokenByID(ctx context.Context, q eventstore.Querier, tokenID string) (api.Token, string, error) {
 	if !validID(tokenID) {
-		return Token{}, "", notFound("token %q", tokenID)
+		return api.Token{}, "", notFound("token %q", tokenID)
 	}
 	type withHash struct {
-		tok  Token
+		tok  api.Token
 		hash string
 	}
 	v, err := one(ctx, q, "token "+tokenID, func(row pgx.Row) (withHash, error) {
@@ -245,7 +201,7 @@ func TokenByID(ctx context.Context, q eventstore.Querier, tokenID string) (Token
 		return w, err
 	}, `SELECT `+tokenColumns+`, token_hash FROM api_tokens WHERE id = $1`, tokenID)
 	if err != nil {
-		return Token{}, "", err
+		return api.Token{}, "", err
 	}
 	return v.tok, v.hash, nil
 }

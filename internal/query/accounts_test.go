@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
@@ -27,9 +28,9 @@ func TestOrganisationsAndMembers(t *testing.T) {
 
 	orgs, err := query.OrganisationsOfUser(ctx, d.pool, alice)
 	require.NoError(t, err)
-	require.Equal(t, []query.Organisation{
-		{ID: acme, Name: "acme", CreatedAt: at(2), Role: domain.RoleOwner},
-		{ID: zeta, Name: "zeta", CreatedAt: at(1), Role: domain.RoleViewer},
+	require.Equal(t, []api.Organisation{
+		{ID: acme, Name: "acme", CreatedAt: at(2), Role: string(domain.RoleOwner)},
+		{ID: zeta, Name: "zeta", CreatedAt: at(1), Role: string(domain.RoleViewer)},
 	}, normOrgs(orgs))
 
 	orgs, err = query.OrganisationsOfUser(ctx, d.pool, id())
@@ -57,10 +58,10 @@ func TestOrganisationsAndMembers(t *testing.T) {
 	members, err := query.Members(ctx, d.pool, acme)
 	require.NoError(t, err)
 	require.Len(t, members, 2)
-	require.Equal(t, query.Member{UserID: alice, Email: "alice@example.com", Name: "Alice", Role: domain.RoleOwner, Since: members[0].Since}, members[0])
+	require.Equal(t, api.Member{UserID: alice, Email: "alice@example.com", Name: "Alice", Role: string(domain.RoleOwner), Since: members[0].Since}, members[0])
 	require.True(t, members[0].Since.Equal(at(6)))
 	require.Equal(t, bob, members[1].UserID)
-	require.Equal(t, domain.RoleMember, members[1].Role)
+	require.Equal(t, string(domain.RoleMember), members[1].Role)
 	require.NotContains(t, jsonOf(t, members), "secret-hash")
 
 	roles, err := query.RolesOfUser(ctx, d.pool, bob)
@@ -71,8 +72,8 @@ func TestOrganisationsAndMembers(t *testing.T) {
 	require.Empty(t, roles)
 }
 
-func normOrgs(in []query.Organisation) []query.Organisation {
-	out := make([]query.Organisation, len(in))
+func normOrgs(in []api.Organisation) []api.Organisation {
+	out := make([]api.Organisation, len(in))
 	for i, o := range in {
 		o.CreatedAt = o.CreatedAt.UTC()
 		out[i] = o
@@ -80,7 +81,7 @@ func normOrgs(in []query.Organisation) []query.Organisation {
 	return out
 }
 
-func orgNames(in []query.Organisation) []string {
+func orgNames(in []api.Organisation) []string {
 	var out []string
 	for _, o := range in {
 		out = append(out, o.Name)
@@ -166,14 +167,14 @@ func TestTokens(t *testing.T) {
 	require.Equal(t, []string{sess, ci, old}, []string{toks[0].ID, toks[1].ID, toks[2].ID})
 
 	require.True(t, toks[0].Session)
-	require.Equal(t, []domain.Scope{}, toks[0].Scopes)
+	require.Equal(t, []string{}, toks[0].Scopes)
 	require.Empty(t, toks[0].OrgID)
 
 	require.Equal(t, "ci", toks[1].Name)
 	require.False(t, toks[1].Session)
 	require.Equal(t, acme, toks[1].OrgID)
 	require.Equal(t, alice, toks[1].UserID)
-	require.Equal(t, []domain.Scope{domain.ScopeProjectsRead, domain.ScopeDeploymentsWrite}, toks[1].Scopes)
+	require.Equal(t, []string{string(domain.ScopeProjectsRead), string(domain.ScopeDeploymentsWrite)}, toks[1].Scopes)
 	require.NotNil(t, toks[1].ExpiresAt)
 	require.True(t, toks[1].ExpiresAt.Equal(exp))
 	require.Nil(t, toks[1].RevokedAt)
@@ -202,7 +203,7 @@ func TestTokens(t *testing.T) {
 	require.Equal(t, "token-hash-old", hash)
 	require.Equal(t, "old", tok.Name)
 	require.NotNil(t, tok.RevokedAt, "revoked tokens are returned so the caller can say why")
-	require.Equal(t, []domain.Scope{domain.ScopeProjectsRead}, tok.Scopes)
+	require.Equal(t, []string{string(domain.ScopeProjectsRead)}, tok.Scopes)
 	tok, _, err = query.TokenByID(ctx, d.pool, sess)
 	require.NoError(t, err)
 	require.True(t, tok.Session)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
@@ -45,7 +46,7 @@ func auditLog(d db, n int) (acme, other string) {
 	return acme, other
 }
 
-func seqs(rows []query.AuditEntry) []int64 {
+func seqs(rows []api.AuditEntry) []int64 {
 	out := []int64{}
 	for _, r := range rows {
 		out = append(out, r.Seq)
@@ -88,11 +89,11 @@ func TestAuditPagination(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(3), next)
 	e := rows[0]
-	require.Equal(t, query.AuditEntry{
+	require.Equal(t, api.AuditEntry{
 		Seq: 3, Position: 30, OrgID: acme,
-		Actor:  domain.Actor{Kind: domain.ActorUser, ID: "alice-id", Name: "alice-id@example.com"},
+		Actor:  api.Actor{Kind: string(domain.ActorUser), ID: "alice-id", Name: "alice-id@example.com"},
 		Action: "deployment.requested",
-		Target: query.AuditTarget{Kind: "service", ID: "svc-3", Name: "acme/shop/production/api-1"},
+		Target: api.AuditTarget{Kind: "service", ID: "svc-3", Name: "acme/shop/production/api-1"},
 		Detail: "detail 3", OccurredAt: e.OccurredAt, RequestID: "req-3", Hash: "hash-3",
 	}, e)
 	require.True(t, e.OccurredAt.Equal(at(3)))

@@ -7,45 +7,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
-
-// Build is a build from Git: what it builds, where, and how it ended.
-type Build struct {
-	ID           string   `json:"id"`
-	ProjectID    string   `json:"projectId"`
-	ServiceID    string   `json:"serviceId"`
-	Service      string   `json:"service"`
-	Project      string   `json:"project"`
-	ClusterID    string   `json:"clusterId"`
-	Cluster      string   `json:"cluster"`
-	Repository   string   `json:"repository"`
-	Branch       string   `json:"branch"`
-	Commit       string   `json:"commit"`
-	Dockerfile   string   `json:"dockerfile"`
-	Context      string   `json:"context"`
-	Environments []string `json:"environments"`
-	Automatic    bool     `json:"automatic"`
-	// Trigger is push or deploy; DeliveryID the push's delivery.
-	Trigger        string `json:"trigger"`
-	DeliveryID     string `json:"deliveryId,omitempty"`
-	Attempt        int    `json:"attempt"`
-	TimeoutSeconds int    `json:"timeoutSeconds"`
-	// Status is queued, running, succeeded, failed, cancelled or timed_out.
-	Status string `json:"status"`
-	// Image and Digest are the pushed image (succeeded).
-	Image  string `json:"image,omitempty"`
-	Digest string `json:"digest,omitempty"`
-	// ExitCode, Reason and LogTail say why it failed (or was cancelled).
-	ExitCode    int        `json:"exitCode,omitempty"`
-	Reason      string     `json:"reason,omitempty"`
-	LogTail     []string   `json:"logTail"`
-	CancelledBy string     `json:"cancelledBy,omitempty"`
-	QueuedAt    time.Time  `json:"queuedAt"`
-	StartedAt   *time.Time `json:"startedAt,omitempty"`
-	FinishedAt  *time.Time `json:"finishedAt,omitempty"`
-}
 
 const buildSelect = `SELECT b.id::text, b.project_id::text, b.service_id::text, coalesce(s.name, ''), coalesce(p.name, ''), b.cluster_id::text, coalesce(c.name, ''),
 	b.repository, b.branch, b.commit, b.dockerfile, b.context, b.environments, b.automatic, b.trigger, b.delivery_id, b.attempt,
@@ -54,8 +19,8 @@ const buildSelect = `SELECT b.id::text, b.project_id::text, b.service_id::text, 
 	FROM builds b LEFT JOIN services s ON s.id = b.service_id LEFT JOIN clusters c ON c.id = b.cluster_id
 	LEFT JOIN projects p ON p.id = b.project_id`
 
-func scanBuild(row pgx.Row) (Build, error) {
-	var b Build
+func scanBuild(row pgx.Row) (api.Build, error) {
+	var b api.Build
 	err := row.Scan(&b.ID, &b.ProjectID, &b.ServiceID, &b.Service, &b.Project, &b.ClusterID, &b.Cluster, &b.Repository, &b.Branch, &b.Commit,
 		&b.Dockerfile, &b.Context, &b.Environments, &b.Automatic, &b.Trigger, &b.DeliveryID, &b.Attempt, &b.TimeoutSeconds, &b.Status,
 		&b.Image, &b.Digest, &b.ExitCode, &b.Reason, &b.LogTail, &b.CancelledBy, &b.QueuedAt, &b.StartedAt, &b.FinishedAt)
@@ -69,18 +34,18 @@ func scanBuild(row pgx.Row) (Build, error) {
 }
 
 // BuildByID reads a build of an organisation.
-func BuildByID(ctx context.Context, q eventstore.Querier, orgID, id string) (Build, error) {
+func BuildByID(ctx context.Context, q eventstore.Querier, orgID, id string) (api.Build, error) {
 	if !validID(id) || !validID(orgID) {
-		return Build{}, notFound("build %s", id)
+		return api.Build{}, notFound("build %s", id)
 	}
 	return one(ctx, q, "build "+id, scanBuild, buildSelect+` WHERE b.id = $1 AND b.org_id = $2`, id, orgID)
 }
 
 // BuildsAfter lists a project's builds (of one service when serviceID is
 // not ""), newest first, a page of limit after the build with id after.
-func BuildsAfter(ctx context.Context, q eventstore.Querier, projectID, serviceID, after string, limit int) ([]Build, error) {
+func BuildsAfter(ctx context.Context, q eventstore.Querier, projectID, serviceID, after string, limit int) ([]api.Build, error) {
 	if !validID(projectID) {
-		return []Build{}, nil
+		return []api.Build{}, nil
 	}
 	where := ` WHERE b.project_id = $1 AND ($2 = '' OR b.service_id::text = $2)`
 	if after != "" {
@@ -94,54 +59,38 @@ func BuildsAfter(ctx context.Context, q eventstore.Querier, projectID, serviceID
 
 // RunningBuilds lists the builds running now on every cluster, oldest
 // first (few: at most a handful per cluster).
-func RunningBuilds(ctx context.Context, q eventstore.Querier) ([]Build, error) {
+func RunningBuilds(ctx context.Context, q eventstore.Querier) ([]api.Build, error) {
 	return list(ctx, q, "running builds", scanBuild,
 		buildSelect+` WHERE b.status = 'running' ORDER BY b.started_at, b.id`)
 }
 
 // ServiceSourceByID reads a service's source, with its sealed credential.
-func ServiceSourceByID(ctx context.Context, q eventstore.Querier, serviceID string) (ServiceSource, error) {
+func ServiceSourceByID(ctx context.Context, q eventstore.Querier, serviceID string) (domain.Source, error) {
 	var src domain.Source
 	err := q.QueryRow(ctx, `SELECT source FROM services WHERE id = $1`, serviceID).Scan(&src)
 	if err == pgx.ErrNoRows {
-		return ServiceSource{}, notFound("service %s", serviceID)
+		return domain.Source{}, notFound("service %s", serviceID)
 	}
-	return sourceOf(src), err
+	return src, err
 }
 
 // SucceededBuild finds the succeeded build of a service's commit on a cluster.
-func SucceededBuild(ctx context.Context, q eventstore.Querier, serviceID, commit, clusterID string) (Build, error) {
+func SucceededBuild(ctx context.Context, q eventstore.Querier, serviceID, commit, clusterID string) (api.Build, error) {
 	id := domain.BuildID(serviceID, commit, clusterID)
 	return one(ctx, q, "build "+id, scanBuild, buildSelect+` WHERE b.id = $1 AND b.status = 'succeeded'`, id)
 }
 
-// Delivery is a push webhook delivery a project's endpoint accepted.
-type Delivery struct {
-	ID         string                 `json:"id"`
-	Provider   string                 `json:"provider"`
-	ForgeID    string                 `json:"forgeId"`
-	Event      string                 `json:"event"`
-	Repository string                 `json:"repository"`
-	Ref        string                 `json:"ref"`
-	Branch     string                 `json:"branch"`
-	Commit     string                 `json:"commit"`
-	Outcome    string                 `json:"outcome"`
-	Reason     string                 `json:"reason,omitempty"`
-	Builds     []domain.DeliveryBuild `json:"builds"`
-	ReceivedAt time.Time              `json:"receivedAt"`
-}
-
-func scanDelivery(row pgx.Row) (Delivery, error) {
-	var d Delivery
+func scanDelivery(row pgx.Row) (api.Delivery, error) {
+	var d api.Delivery
 	err := row.Scan(&d.ID, &d.Provider, &d.ForgeID, &d.Event, &d.Repository, &d.Ref, &d.Branch, &d.Commit, &d.Outcome, &d.Reason, &d.Builds, &d.ReceivedAt)
 	if d.Builds == nil {
-		d.Builds = []domain.DeliveryBuild{}
+		d.Builds = []api.DeliveryBuild{}
 	}
 	return d, err
 }
 
 // DeliveriesAfter lists a project's deliveries, newest first.
-func DeliveriesAfter(ctx context.Context, q eventstore.Querier, projectID, after string, limit int) ([]Delivery, error) {
+func DeliveriesAfter(ctx context.Context, q eventstore.Querier, projectID, after string, limit int) ([]api.Delivery, error) {
 	where := ` WHERE project_id = $1`
 	if after != "" {
 		where += ` AND (received_at, id) < (SELECT received_at, id FROM webhook_deliveries WHERE id = $2::uuid)`
@@ -201,26 +150,17 @@ func ProjectWebhook(ctx context.Context, q eventstore.Querier, projectID string)
 		JOIN projects p ON p.id = w.project_id WHERE w.project_id = $1 AND p.deleted_at IS NULL`, projectID)
 }
 
-// Tracking is the branch each Git service follows in each environment of a
-// project (an environment missing for a service follows its default branch).
-type Tracking struct {
-	EnvironmentID string `json:"environmentId"`
-	ServiceID     string `json:"serviceId"`
-	Branch        string `json:"branch"`
-	Untracked     bool   `json:"untracked"`
-}
-
 // ProjectTracking lists the tracked branches set in a project.
-func ProjectTracking(ctx context.Context, q eventstore.Querier, projectID string) ([]Tracking, error) {
-	return list(ctx, q, "tracked branches of project "+projectID, func(row pgx.Row) (Tracking, error) {
-		var t Tracking
+func ProjectTracking(ctx context.Context, q eventstore.Querier, projectID string) ([]api.Tracking, error) {
+	return list(ctx, q, "tracked branches of project "+projectID, func(row pgx.Row) (api.Tracking, error) {
+		var t api.Tracking
 		return t, row.Scan(&t.EnvironmentID, &t.ServiceID, &t.Branch, &t.Untracked)
 	}, `SELECT environment_id::text, service_id::text, branch, untracked FROM service_tracking WHERE project_id = $1`, projectID)
 }
 
 // TrackedBranch is the branch a service follows in an environment ("" for
 // none), given the service's default branch.
-func TrackedBranch(ts []Tracking, envID string, s Service) string {
+func TrackedBranch(ts []api.Tracking, envID string, s api.Service) string {
 	if s.Source.GitURL == "" {
 		return ""
 	}
@@ -237,9 +177,9 @@ func TrackedBranch(ts []Tracking, envID string, s Service) string {
 
 // ProjectOfWebhook finds the live project a webhook URL names, with its
 // organisation.
-func ProjectOfWebhook(ctx context.Context, q eventstore.Querier, projectID string) (Project, error) {
+func ProjectOfWebhook(ctx context.Context, q eventstore.Querier, projectID string) (api.Project, error) {
 	if !validID(projectID) {
-		return Project{}, notFound("project %s", projectID)
+		return api.Project{}, notFound("project %s", projectID)
 	}
 	return one(ctx, q, "project "+projectID, scanProject, `SELECT `+projectColumns+` FROM projects WHERE id = $1 AND deleted_at IS NULL`, projectID)
 }

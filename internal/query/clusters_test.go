@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
@@ -36,7 +37,7 @@ func TestClustersJoinTokensServers(t *testing.T) {
 	clusters, err := query.Clusters(ctx, d.pool, acme)
 	require.NoError(t, err)
 	require.Len(t, clusters, 2)
-	require.Equal(t, query.Cluster{ID: eu, OrgID: acme, Name: "k3s-eu", CreatedAt: clusters[0].CreatedAt, Servers: 2}, clusters[0])
+	require.Equal(t, api.Cluster{ID: eu, OrgID: acme, Name: "k3s-eu", CreatedAt: clusters[0].CreatedAt, Servers: 2}, clusters[0])
 	require.True(t, clusters[0].CreatedAt.Equal(at(2)))
 	require.Equal(t, us, clusters[1].ID)
 	require.Equal(t, 1, clusters[1].Servers)
@@ -56,7 +57,7 @@ func TestClustersJoinTokensServers(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, servers, 3)
 	require.Equal(t, []string{s1, s2, s0}, []string{servers[0].ID, servers[1].ID, servers[2].ID})
-	require.Equal(t, query.Server{ID: s1, ClusterID: eu, Name: "node-1", RegisteredAt: servers[0].RegisteredAt}, servers[0])
+	require.Equal(t, api.Server{ID: s1, ClusterID: eu, Name: "node-1", RegisteredAt: servers[0].RegisteredAt}, servers[0])
 	require.True(t, servers[0].RegisteredAt.Equal(at(10)))
 	require.NotNil(t, servers[2].RevokedAt)
 	require.True(t, servers[2].RevokedAt.Equal(rev))
@@ -106,7 +107,7 @@ func TestSettings(t *testing.T) {
 
 	s, err := query.Settings(ctx, d.pool)
 	require.NoError(t, err)
-	require.Equal(t, query.InstanceSettings{AgentAutoUpgrade: true}, s, "on by default")
+	require.Equal(t, api.InstanceSettings{AgentAutoUpgrade: true}, s, "on by default")
 
 	d.exec(`INSERT INTO instance_settings (id, agent_auto_upgrade, updated_at) VALUES (1, false, $1)`, at(5))
 	s, err = query.Settings(ctx, d.pool)

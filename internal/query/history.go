@@ -5,97 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
-
-// Release is a release of a service in an environment: an image with the
-// configuration it froze. Variables lists names only.
-type Release struct {
-	ID            string           `json:"id"`
-	EnvironmentID string           `json:"environmentId"`
-	ServiceID     string           `json:"serviceId"`
-	Number        int              `json:"number"`
-	Image         string           `json:"image"`
-	Reason        string           `json:"reason"`
-	Processes     []domain.Process `json:"processes"`
-	// Variables are the names of the frozen variables, a secret's with
-	// SecretSuffix appended; values are never returned.
-	Variables []string  `json:"variables"`
-	CreatedAt time.Time `json:"createdAt"`
-	CreatedBy string    `json:"createdBy"`
-	// Current is set on the release the service's latest deployment in the
-	// environment asked for.
-	Current bool `json:"current"`
-}
 
 // SecretSuffix marks a secret variable's name in Release.Variables.
 const SecretSuffix = " (secret)"
 
-// Deployment is a request to run a release, and how far it got. Status is
-// the rollout stage (requested, delivering, starting, probing, switching,
-// retiring) or the outcome (succeeded, failed, superseded); Reason says why a
-// deployment failed.
-type Deployment struct {
-	ID            string    `json:"id"`
-	EnvironmentID string    `json:"environmentId"`
-	ServiceID     string    `json:"serviceId"`
-	ReleaseID     string    `json:"releaseId"`
-	ReleaseNumber int       `json:"releaseNumber"`
-	Image         string    `json:"image"`
-	Status        string    `json:"status"`
-	Reason        string    `json:"reason,omitempty"`
-	RequestedAt   time.Time `json:"requestedAt"`
-	UpdatedAt     time.Time `json:"updatedAt"`
-	RequestedBy   string    `json:"requestedBy"`
-	// Rollback marks a deployment of an earlier release.
-	Rollback bool `json:"rollback"`
-	// Revision is the desired-state revision that carried the deployment
-	// to its cluster (0 until then).
-	Revision int `json:"revision"`
-	// Ready and Desired count the new release's pods, as last reported;
-	// Detail says what holds unready pods up.
-	Ready   int    `json:"ready"`
-	Desired int    `json:"desired"`
-	Detail  string `json:"detail,omitempty"`
-	// Stalled is set while the rollout made no progress for the stall
-	// timeout; StalledSince is its last progress.
-	Stalled      bool       `json:"stalled"`
-	StalledSince *time.Time `json:"stalledSince,omitempty"`
-	// SupersededBy is the newer deployment that replaced this one.
-	SupersededBy string     `json:"supersededBy,omitempty"`
-	FinishedAt   *time.Time `json:"finishedAt,omitempty"`
-}
-
-// Terminal reports whether the deployment is over (succeeded, failed or superseded).
-func (d Deployment) Terminal() bool { return domain.DeploymentStatus(d.Status).Terminal() }
-
-// ChangeSet is a set of changes to a protected environment waiting for, or
-// having had, someone else's decision. Changes is the stored list of
-// domain.Change with every secret reduced to {"name": ..., "secret": true}.
-// Status is open, approved, rejected or expired; Version counts the changes
-// that joined it, and an approval names the version it approves.
-type ChangeSet struct {
-	ID            string          `json:"id"`
-	EnvironmentID string          `json:"environmentId"`
-	Status        string          `json:"status"`
-	Version       int             `json:"version"`
-	Description   string          `json:"description"`
-	OpenedBy      string          `json:"openedBy"`
-	DecidedBy     string          `json:"decidedBy,omitempty"`
-	OpenedAt      time.Time       `json:"openedAt"`
-	DecidedAt     *time.Time      `json:"decidedAt,omitempty"`
-	Changes       json.RawMessage `json:"changes"`
-}
-
 // releaseConfig has the shape of projections.ReleaseConfig. It is local so
 // that reads do not pull in the projectors (and the compiler behind them).
 type releaseConfig struct {
-	Processes []domain.Process `json:"processes"`
+	Processes []api.Process `json:"processes"`
 }
 
 // The current release is joined on its id as well, so only the one release
@@ -111,22 +34,22 @@ const releaseSelect = `SELECT r.id::text, r.environment_id::text, r.service_id::
 	FROM releases r LEFT JOIN current_releases cr
 	  ON cr.environment_id = r.environment_id AND cr.service_id = r.service_id AND cr.release_id = r.id`
 
-func scanRelease(row pgx.Row) (Release, error) {
+func scanRelease(row pgx.Row) (api.Release, error) {
 	var (
-		r   Release
+		r   api.Release
 		raw []byte
 	)
 	if err := row.Scan(&r.ID, &r.EnvironmentID, &r.ServiceID, &r.Number, &r.Image, &r.Reason,
 		&raw, &r.CreatedAt, &r.CreatedBy, &r.Current, &r.Variables); err != nil {
-		return Release{}, err
+		return api.Release{}, err
 	}
 	var cfg releaseConfig
 	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return Release{}, fmt.Errorf("decoding the configuration of release %s: %w", r.ID, err)
+		return api.Release{}, fmt.Errorf("decoding the configuration of release %s: %w", r.ID, err)
 	}
 	r.Processes = cfg.Processes
 	if r.Processes == nil {
-		r.Processes = []domain.Process{}
+		r.Processes = []api.Process{}
 	}
 	if r.Variables == nil {
 		r.Variables = []string{}
@@ -136,9 +59,9 @@ func scanRelease(row pgx.Row) (Release, error) {
 
 // Releases lists the releases of a service in an environment, newest first;
 // with serviceID "" those of every service in the environment.
-func Releases(ctx context.Context, q eventstore.Querier, envID, serviceID string) ([]Release, error) {
+func Releases(ctx context.Context, q eventstore.Querier, envID, serviceID string) ([]api.Release, error) {
 	if !validID(envID) || serviceID != "" && !validID(serviceID) {
-		return []Release{}, nil
+		return []api.Release{}, nil
 	}
 	var w where
 	w.add("r.environment_id = %s", envID)
@@ -150,9 +73,9 @@ func Releases(ctx context.Context, q eventstore.Querier, envID, serviceID string
 }
 
 // ReleaseByID finds a release by id.
-func ReleaseByID(ctx context.Context, q eventstore.Querier, id string) (Release, error) {
+func ReleaseByID(ctx context.Context, q eventstore.Querier, id string) (api.Release, error) {
 	if !validID(id) {
-		return Release{}, notFound("release %q", id)
+		return api.Release{}, notFound("release %q", id)
 	}
 	return one(ctx, q, "release "+id, scanRelease, releaseSelect+` WHERE r.id = $1`, id)
 }
@@ -164,8 +87,8 @@ const deploymentSelect = `SELECT d.id::text, d.environment_id::text, d.service_i
 		d.rollback, d.revision, d.ready, d.desired, d.detail, d.stalled_since, coalesce(d.superseded_by::text, ''), d.finished_at
 	FROM deployments d LEFT JOIN releases r ON r.id = d.release_id`
 
-func scanDeployment(row pgx.Row) (Deployment, error) {
-	var d Deployment
+func scanDeployment(row pgx.Row) (api.Deployment, error) {
+	var d api.Deployment
 	err := row.Scan(&d.ID, &d.EnvironmentID, &d.ServiceID, &d.ReleaseID, &d.ReleaseNumber, &d.Image,
 		&d.Status, &d.Reason, &d.RequestedAt, &d.UpdatedAt, &d.RequestedBy,
 		&d.Rollback, &d.Revision, &d.Ready, &d.Desired, &d.Detail, &d.StalledSince, &d.SupersededBy, &d.FinishedAt)
@@ -176,9 +99,9 @@ func scanDeployment(row pgx.Row) (Deployment, error) {
 // Deployments lists at most limit deployments of a service in an
 // environment (of every service when serviceID is ""), newest first. A limit
 // of 0 or less means DefaultLimit; more than MaxLimit means MaxLimit.
-func Deployments(ctx context.Context, q eventstore.Querier, envID, serviceID string, limit int) ([]Deployment, error) {
+func Deployments(ctx context.Context, q eventstore.Querier, envID, serviceID string, limit int) ([]api.Deployment, error) {
 	if !validID(envID) || serviceID != "" && !validID(serviceID) {
-		return []Deployment{}, nil
+		return []api.Deployment{}, nil
 	}
 	var w where
 	w.add("d.environment_id = %s", envID)
@@ -191,28 +114,28 @@ func Deployments(ctx context.Context, q eventstore.Querier, envID, serviceID str
 }
 
 // DeploymentByID finds a deployment by id.
-func DeploymentByID(ctx context.Context, q eventstore.Querier, id string) (Deployment, error) {
+func DeploymentByID(ctx context.Context, q eventstore.Querier, id string) (api.Deployment, error) {
 	if !validID(id) {
-		return Deployment{}, notFound("deployment %q", id)
+		return api.Deployment{}, notFound("deployment %q", id)
 	}
 	return one(ctx, q, "deployment "+id, scanDeployment, deploymentSelect+` WHERE d.id = $1`, id)
 }
 
 const changeSetColumns = `id::text, environment_id::text, status, version, description, opened_by, decided_by, opened_at, decided_at, changes`
 
-func scanChangeSet(row pgx.Row) (ChangeSet, error) {
+func scanChangeSet(row pgx.Row) (api.ChangeSet, error) {
 	var (
-		c   ChangeSet
+		c   api.ChangeSet
 		raw []byte
 	)
 	if err := row.Scan(&c.ID, &c.EnvironmentID, &c.Status, &c.Version, &c.Description, &c.OpenedBy, &c.DecidedBy,
 		&c.OpenedAt, &c.DecidedAt, &raw); err != nil {
-		return ChangeSet{}, err
+		return api.ChangeSet{}, err
 	}
 	changes, err := redactSecrets(raw)
 	if err != nil {
 		// Fail closed: returning the stored JSON unredacted is not an option.
-		return ChangeSet{}, fmt.Errorf("redacting the changes of change set %s: %w", c.ID, err)
+		return api.ChangeSet{}, fmt.Errorf("redacting the changes of change set %s: %w", c.ID, err)
 	}
 	c.Changes = changes
 	return c, nil
@@ -220,9 +143,9 @@ func scanChangeSet(row pgx.Row) (ChangeSet, error) {
 
 // ChangeSets lists the change sets of an environment, newest first; status
 // ("open", "approved", "rejected", "expired") filters them unless it is "".
-func ChangeSets(ctx context.Context, q eventstore.Querier, envID, status string) ([]ChangeSet, error) {
+func ChangeSets(ctx context.Context, q eventstore.Querier, envID, status string) ([]api.ChangeSet, error) {
 	if !validID(envID) {
-		return []ChangeSet{}, nil
+		return []api.ChangeSet{}, nil
 	}
 	var w where
 	w.add("environment_id = %s", envID)
@@ -234,9 +157,9 @@ func ChangeSets(ctx context.Context, q eventstore.Querier, envID, status string)
 }
 
 // ChangeSetByID finds a change set by id.
-func ChangeSetByID(ctx context.Context, q eventstore.Querier, id string) (ChangeSet, error) {
+func ChangeSetByID(ctx context.Context, q eventstore.Querier, id string) (api.ChangeSet, error) {
 	if !validID(id) {
-		return ChangeSet{}, notFound("change set %q", id)
+		return api.ChangeSet{}, notFound("change set %q", id)
 	}
 	return one(ctx, q, "change set "+id, scanChangeSet, `SELECT `+changeSetColumns+` FROM changesets WHERE id = $1`, id)
 }

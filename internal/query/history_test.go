@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
@@ -98,7 +99,7 @@ func TestReleases(t *testing.T) {
 	require.False(t, rels[0].Current)
 	require.True(t, rels[1].Current)
 	require.False(t, rels[2].Current)
-	require.Equal(t, []domain.Process{}, rels[0].Processes)
+	require.Equal(t, []api.Process{}, rels[0].Processes)
 	require.Equal(t, []string{}, rels[0].Variables)
 
 	r := rels[1]
@@ -108,7 +109,7 @@ func TestReleases(t *testing.T) {
 	require.Equal(t, "deploy api:2", r.Reason)
 	require.Equal(t, "user:alice@example.com", r.CreatedBy)
 	require.True(t, r.CreatedAt.Equal(at(20)))
-	require.Equal(t, []domain.Process{{Name: "web", Port: 8080, Replicas: 2}}, r.Processes)
+	require.Equal(t, []api.Process{{Name: "web", Port: 8080, Replicas: 2}}, r.Processes)
 	require.Equal(t, []string{"DATABASE_URL" + query.SecretSuffix, "LOG_LEVEL"}, r.Variables, "the rows valid at release 2, by name")
 
 	js := jsonOf(t, rels)
@@ -134,7 +135,7 @@ func TestReleases(t *testing.T) {
 	require.Empty(t, none)
 }
 
-func releaseIDs(rs []query.Release) []string {
+func releaseIDs(rs []api.Release) []string {
 	out := []string{}
 	for _, r := range rs {
 		out = append(out, r.ID)
@@ -158,7 +159,7 @@ func TestDeployments(t *testing.T) {
 	deps, err := query.Deployments(ctx, h.pool, h.prod, h.api, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{d3, d2, d1}, deploymentIDs(deps))
-	require.Equal(t, query.Deployment{
+	require.Equal(t, api.Deployment{
 		ID: d2, EnvironmentID: h.prod, ServiceID: h.api, ReleaseID: r2, ReleaseNumber: 2, Image: "api@sha256:2",
 		Status: "failed", Reason: "image pull back-off", RequestedAt: deps[1].RequestedAt, UpdatedAt: deps[1].UpdatedAt,
 		RequestedBy: "user:alice@example.com",
@@ -186,7 +187,7 @@ func TestDeployments(t *testing.T) {
 	require.ErrorIs(t, err, query.ErrNotFound)
 }
 
-func deploymentIDs(ds []query.Deployment) []string {
+func deploymentIDs(ds []api.Deployment) []string {
 	out := []string{}
 	for _, d := range ds {
 		out = append(out, d.ID)
@@ -270,7 +271,7 @@ func TestChangeSetsRedactSecrets(t *testing.T) {
 	require.Empty(t, none)
 }
 
-func changeSetIDs(cs []query.ChangeSet) []string {
+func changeSetIDs(cs []api.ChangeSet) []string {
 	out := []string{}
 	for _, c := range cs {
 		out = append(out, c.ID)

@@ -9,30 +9,23 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
-// InstanceSettings are the settings of the whole installation.
-type InstanceSettings struct {
-	AgentAutoUpgrade bool `json:"agentAutoUpgrade"`
-	// UpdatedAt is nil while the settings were never changed.
-	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
-}
-
 // Settings reads the instance settings. Before anyone changed them there is
 // no row, and the defaults apply: agents upgrade themselves.
-func Settings(ctx context.Context, q eventstore.Querier) (InstanceSettings, error) {
+func Settings(ctx context.Context, q eventstore.Querier) (api.InstanceSettings, error) {
 	var (
-		s  InstanceSettings
+		s  api.InstanceSettings
 		at time.Time
 	)
 	err := q.QueryRow(ctx, `SELECT agent_auto_upgrade, updated_at FROM instance_settings WHERE id = 1`).Scan(&s.AgentAutoUpgrade, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return InstanceSettings{AgentAutoUpgrade: true}, nil
+		return api.InstanceSettings{AgentAutoUpgrade: true}, nil
 	}
 	if err != nil {
-		return InstanceSettings{}, fmt.Errorf("reading the instance settings: %w", err)
+		return api.InstanceSettings{}, fmt.Errorf("reading the instance settings: %w", err)
 	}
 	s.UpdatedAt = &at
 	return s, nil
@@ -63,35 +56,13 @@ type AuditFilter struct {
 	Limit int
 }
 
-// AuditTarget is what an audit entry is about, with the name people read
-// (acme/shop/production/api).
-type AuditTarget struct {
-	Kind string `json:"kind"`
-	ID   string `json:"id"`
-	Name string `json:"name"`
-}
-
-// AuditEntry is one entry of the hash-chained audit log.
-type AuditEntry struct {
-	Seq        int64        `json:"seq"`
-	Position   int64        `json:"position"`
-	OrgID      string       `json:"orgId,omitempty"`
-	Actor      domain.Actor `json:"actor"`
-	Action     string       `json:"action"`
-	Target     AuditTarget  `json:"target"`
-	Detail     string       `json:"detail"`
-	OccurredAt time.Time    `json:"occurredAt"`
-	RequestID  string       `json:"requestId"`
-	Hash       string       `json:"hash"`
-}
-
 // Audit returns one page of the audit log in seq order. next is the seq of
 // the last entry when the page is full, to pass as After for the following
 // page, and 0 when the page is not full: there is nothing more to read yet.
 // (A full last page costs one more, empty, request.)
-func Audit(ctx context.Context, q eventstore.Querier, f AuditFilter) (rows []AuditEntry, next int64, err error) {
+func Audit(ctx context.Context, q eventstore.Querier, f AuditFilter) (rows []api.AuditEntry, next int64, err error) {
 	if f.OrgID != "" && !validID(f.OrgID) || f.EnvironmentID != "" && !validID(f.EnvironmentID) {
-		return []AuditEntry{}, 0, nil
+		return []api.AuditEntry{}, 0, nil
 	}
 	limit := clampLimit(f.Limit)
 	var w where
@@ -128,8 +99,8 @@ func Audit(ctx context.Context, q eventstore.Querier, f AuditFilter) (rows []Aud
 		w.add("occurred_at < %s", *f.Until)
 	}
 	lim := w.next(limit)
-	rows, err = list(ctx, q, "the audit log", func(row pgx.Row) (AuditEntry, error) {
-		var e AuditEntry
+	rows, err = list(ctx, q, "the audit log", func(row pgx.Row) (api.AuditEntry, error) {
+		var e api.AuditEntry
 		err := row.Scan(&e.Seq, &e.Position, &e.OrgID, &e.Actor.Kind, &e.Actor.ID, &e.Actor.Name, &e.Action,
 			&e.Target.Kind, &e.Target.ID, &e.Target.Name, &e.Detail, &e.OccurredAt, &e.RequestID, &e.Hash)
 		return e, err

@@ -5,19 +5,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
 // The project matrix (environments × services) and an organisation's
 // deployments in progress, each read in one query instead of one read per
 // cell (what the console's project and overview pages show).
-
-// ReleaseRef names a release: enough to show which one runs.
-type ReleaseRef struct {
-	ID     string `json:"id"`
-	Number int    `json:"number"`
-	Image  string `json:"image"`
-}
 
 // MatrixCell is a service in an environment as the project matrix shows
 // it: its current release, its latest deployment, whether the environment's
@@ -26,19 +20,19 @@ type ReleaseRef struct {
 type MatrixCell struct {
 	EnvironmentID    string
 	ServiceID        string
-	CurrentRelease   *ReleaseRef
-	LatestDeployment *Deployment
+	CurrentRelease   *api.ReleaseRef
+	LatestDeployment *api.Deployment
 	Held             bool
 	HeldReason       string
-	DeploysPaused    *DeployPause
+	DeploysPaused    *api.DeployPause
 }
 
 // ServicesAfter pages the live services of a project by name (as Services
 // orders them), starting after the service with id after ("" for the
 // first page; a deleted service's name still places the page).
-func ServicesAfter(ctx context.Context, q eventstore.Querier, projectID, after string, limit int) ([]Service, error) {
+func ServicesAfter(ctx context.Context, q eventstore.Querier, projectID, after string, limit int) ([]api.Service, error) {
 	if !validID(projectID) || after != "" && !validID(after) {
-		return []Service{}, nil
+		return []api.Service{}, nil
 	}
 	var w where
 	w.add("project_id = %s AND deleted_at IS NULL", projectID)
@@ -97,9 +91,9 @@ func scanMatrixCell(row pgx.Row) (MatrixCell, error) {
 	var (
 		c                    MatrixCell
 		hasRel, hasDep, hasP bool
-		rel                  ReleaseRef
-		d                    Deployment
-		p                    DeployPause
+		rel                  api.ReleaseRef
+		d                    api.Deployment
+		p                    api.DeployPause
 	)
 	err := row.Scan(&c.EnvironmentID, &c.ServiceID,
 		&hasRel, &rel.ID, &rel.Number, &rel.Image,
@@ -130,7 +124,7 @@ func scanMatrixCell(row pgx.Row) (MatrixCell, error) {
 // names of its project, environment and service, and the cluster the
 // environment runs on.
 type DeploymentInProgress struct {
-	Deployment
+	api.Deployment
 	Project     string `json:"project"`
 	Environment string `json:"environment"`
 	Service     string `json:"service"`

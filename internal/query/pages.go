@@ -2,8 +2,8 @@ package query
 
 import (
 	"context"
-	"strconv"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
@@ -27,9 +27,9 @@ func pageLimit(n int) int {
 // DeploymentsAfter pages the deployments of a service in an environment
 // (every service's when serviceID is ""), newest first, as Deployments
 // orders them.
-func DeploymentsAfter(ctx context.Context, q eventstore.Querier, envID, serviceID, after string, limit int) ([]Deployment, error) {
+func DeploymentsAfter(ctx context.Context, q eventstore.Querier, envID, serviceID, after string, limit int) ([]api.Deployment, error) {
 	if !validID(envID) || serviceID != "" && !validID(serviceID) || after != "" && !validID(after) {
-		return []Deployment{}, nil
+		return []api.Deployment{}, nil
 	}
 	var w where
 	w.add("d.environment_id = %s", envID)
@@ -47,9 +47,9 @@ func DeploymentsAfter(ctx context.Context, q eventstore.Querier, envID, serviceI
 
 // ReleasesAfter pages the releases of a service in an environment (every
 // service's when serviceID is ""), newest first, as Releases orders them.
-func ReleasesAfter(ctx context.Context, q eventstore.Querier, envID, serviceID, after string, limit int) ([]Release, error) {
+func ReleasesAfter(ctx context.Context, q eventstore.Querier, envID, serviceID, after string, limit int) ([]api.Release, error) {
 	if !validID(envID) || serviceID != "" && !validID(serviceID) || after != "" && !validID(after) {
-		return []Release{}, nil
+		return []api.Release{}, nil
 	}
 	var w where
 	w.add("r.environment_id = %s", envID)
@@ -69,9 +69,9 @@ func ReleasesAfter(ctx context.Context, q eventstore.Querier, envID, serviceID, 
 
 // ChangeSetsAfter pages the change sets of an environment, newest first, as
 // ChangeSets orders them; status filters unless it is "".
-func ChangeSetsAfter(ctx context.Context, q eventstore.Querier, envID, status, after string, limit int) ([]ChangeSet, error) {
+func ChangeSetsAfter(ctx context.Context, q eventstore.Querier, envID, status, after string, limit int) ([]api.ChangeSet, error) {
 	if !validID(envID) || after != "" && !validID(after) {
-		return []ChangeSet{}, nil
+		return []api.ChangeSet{}, nil
 	}
 	var w where
 	w.add("environment_id = %s", envID)
@@ -92,21 +92,3 @@ func ChangeSetsAfter(ctx context.Context, q eventstore.Querier, envID, status, a
 // their next page is read (the cursor names the last item of a page). Most
 // have an id or a name; these have neither, and their key is what makes a
 // row of theirs unique.
-
-// PageKey identifies a workload: its service, release and process.
-func (w Workload) PageKey() string {
-	return w.Service + "/" + strconv.Itoa(w.Release) + "/" + w.Process
-}
-
-// PageKey identifies a Kubernetes event: its object and reason in its
-// namespace.
-func (e ClusterEvent) PageKey() string {
-	return e.Namespace + "/" + e.Object + "/" + e.Reason
-}
-
-// PageKey identifies a process's replica count: the process.
-func (p ProcessReplicas) PageKey() string { return p.Process }
-
-// PageKey identifies a variable: its scope and name (a service's list
-// merges the environment-wide ones).
-func (v Variable) PageKey() string { return v.Scope + "/" + v.Name }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
 
@@ -25,7 +25,7 @@ func TestProjectsEnvironmentsServices(t *testing.T) {
 	projects, err := query.Projects(ctx, d.pool, acme)
 	require.NoError(t, err)
 	require.Len(t, projects, 2)
-	require.Equal(t, query.Project{ID: blog, OrgID: acme, Name: "blog", CreatedAt: projects[0].CreatedAt}, projects[0])
+	require.Equal(t, api.Project{ID: blog, OrgID: acme, Name: "blog", CreatedAt: projects[0].CreatedAt}, projects[0])
 	require.True(t, projects[0].CreatedAt.Equal(at(3)))
 	require.Equal(t, shop, projects[1].ID)
 
@@ -49,7 +49,7 @@ func TestProjectsEnvironmentsServices(t *testing.T) {
 	envs, err := query.Environments(ctx, d.pool, shop)
 	require.NoError(t, err)
 	require.Len(t, envs, 2)
-	require.Equal(t, query.Environment{ID: prod, ProjectID: shop, Name: "production", ClusterID: k3s, ClusterName: "k3s-eu",
+	require.Equal(t, api.Environment{ID: prod, ProjectID: shop, Name: "production", ClusterID: k3s, ClusterName: "k3s-eu",
 		Protected: true, CreatedAt: envs[0].CreatedAt}, envs[0])
 	require.True(t, envs[0].CreatedAt.Equal(at(5)))
 	require.Equal(t, stg, envs[1].ID)
@@ -76,7 +76,7 @@ func TestProjectsEnvironmentsServices(t *testing.T) {
 		require.ErrorIs(t, err, query.ErrNotFound, name)
 	}
 
-	api := d.service(acme, shop, "api", `{"image":"registry.example.com/api:1"}`,
+	apiSvc := d.service(acme, shop, "api", `{"image":"registry.example.com/api:1"}`,
 		`[{"name":"web","port":8080,"replicas":2,"healthCheck":{"path":"/healthz","port":8080}},{"name":"worker","command":["./work"],"replicas":1}]`, 10, false)
 	web := d.service(acme, shop, "frontend", `{"gitUrl":"https://git.example.com/shop.git","gitBranch":"main"}`, `null`, 11, false)
 	d.service(acme, shop, "legacy", `{"image":"x"}`, `[]`, 12, true)
@@ -85,18 +85,18 @@ func TestProjectsEnvironmentsServices(t *testing.T) {
 	services, err := query.Services(ctx, d.pool, shop)
 	require.NoError(t, err)
 	require.Len(t, services, 2)
-	require.Equal(t, api, services[0].ID)
+	require.Equal(t, apiSvc, services[0].ID)
 	require.Equal(t, shop, services[0].ProjectID)
-	require.Equal(t, domain.Source{Image: "registry.example.com/api:1"}, services[0].Source.Domain())
-	require.Equal(t, []domain.Process{
-		{Name: "web", Port: 8080, Replicas: 2, HealthCheck: &domain.HealthCheck{Path: "/healthz", Port: 8080}},
+	require.Equal(t, api.ServiceSource{Image: "registry.example.com/api:1"}, services[0].Source)
+	require.Equal(t, []api.Process{
+		{Name: "web", Port: 8080, Replicas: 2, HealthCheck: &api.HealthCheck{Path: "/healthz", Port: 8080}},
 		{Name: "worker", Command: []string{"./work"}, Replicas: 1},
 	}, services[0].Processes)
 	require.True(t, services[0].CreatedAt.Equal(at(10)))
 	require.True(t, services[0].UpdatedAt.Equal(at(12)))
 	require.Equal(t, web, services[1].ID)
-	require.Equal(t, domain.Source{GitURL: "https://git.example.com/shop.git", GitBranch: "main"}, services[1].Source.Domain())
-	require.Equal(t, []domain.Process{}, services[1].Processes)
+	require.Equal(t, api.ServiceSource{GitURL: "https://git.example.com/shop.git", GitBranch: "main"}, services[1].Source)
+	require.Equal(t, []api.Process{}, services[1].Processes)
 
 	s, err := query.ServiceByName(ctx, d.pool, shop, "frontend")
 	require.NoError(t, err)
@@ -130,7 +130,7 @@ func TestVariablesNeverReturnSecrets(t *testing.T) {
 	k3s := d.cluster(acme, "k3s", 1, false)
 	prod := d.environment(acme, shop, k3s, "production", true, 1, false)
 	stg := d.environment(acme, shop, k3s, "staging", false, 1, false)
-	api := d.service(acme, shop, "api", `{"image":"x"}`, `[]`, 1, false)
+	apiSvc := d.service(acme, shop, "api", `{"image":"x"}`, `[]`, 1, false)
 	worker := d.service(acme, shop, "worker", `{"image":"x"}`, `[]`, 1, false)
 
 	const cipher = "Q0lQSEVSVEVYVC1ORVZFUi1SRVRVUk5FRA=="
@@ -142,29 +142,29 @@ func TestVariablesNeverReturnSecrets(t *testing.T) {
 	variable(prod, "", "LOG_LEVEL", "info", nil, 1)
 	variable(prod, "", "DATABASE_URL", "", sealed, 2)
 	variable(prod, "", "REGION", "eu", nil, 3)
-	variable(prod, api, "LOG_LEVEL", "debug", nil, 4)
-	variable(prod, api, "API_KEY", "", sealed, 5)
+	variable(prod, apiSvc, "LOG_LEVEL", "debug", nil, 4)
+	variable(prod, apiSvc, "API_KEY", "", sealed, 5)
 	// A secret row that (against the domain's rules) also carries a value:
 	// the value must not come out either.
-	variable(prod, api, "REGION", "leaked-plain-value", sealed, 6)
+	variable(prod, apiSvc, "REGION", "leaked-plain-value", sealed, 6)
 	variable(prod, worker, "QUEUE", "jobs", nil, 7)
 	variable(stg, "", "LOG_LEVEL", "warn", nil, 8)
 
 	vars, err := query.Variables(ctx, d.pool, prod, "")
 	require.NoError(t, err)
 	require.Len(t, vars, 3)
-	require.Equal(t, query.Variable{Name: "DATABASE_URL", Secret: true, Scope: query.VariableScopeEnvironment, UpdatedAt: vars[0].UpdatedAt}, vars[0])
+	require.Equal(t, api.Variable{Name: "DATABASE_URL", Secret: true, Scope: api.VariableScopeEnvironment, UpdatedAt: vars[0].UpdatedAt}, vars[0])
 	require.True(t, vars[0].UpdatedAt.Equal(at(2)))
 	require.Equal(t, "LOG_LEVEL", vars[1].Name)
 	require.Equal(t, "info", vars[1].Value)
 	require.False(t, vars[1].Secret)
 	require.Equal(t, "REGION", vars[2].Name)
 
-	vars, err = query.Variables(ctx, d.pool, prod, api)
+	vars, err = query.Variables(ctx, d.pool, prod, apiSvc)
 	require.NoError(t, err)
 	require.Equal(t, []string{"API_KEY", "LOG_LEVEL", "REGION"}, varNames(vars))
 	for _, v := range vars {
-		require.Equal(t, query.VariableScopeService, v.Scope)
+		require.Equal(t, api.VariableScopeService, v.Scope)
 	}
 	require.True(t, vars[0].Secret)
 	require.Empty(t, vars[0].Value)
@@ -176,17 +176,17 @@ func TestVariablesNeverReturnSecrets(t *testing.T) {
 	require.NotContains(t, js, "leaked-plain-value")
 	require.NotContains(t, js, "dk-1")
 
-	eff, err := query.EffectiveVariables(ctx, d.pool, prod, api)
+	eff, err := query.EffectiveVariables(ctx, d.pool, prod, apiSvc)
 	require.NoError(t, err)
 	require.Equal(t, []string{"API_KEY", "DATABASE_URL", "LOG_LEVEL", "REGION"}, varNames(eff))
 	want := []struct {
 		scope, value string
 		secret       bool
 	}{
-		{query.VariableScopeService, "", true},
-		{query.VariableScopeEnvironment, "", true},
-		{query.VariableScopeService, "debug", false},
-		{query.VariableScopeService, "", true},
+		{api.VariableScopeService, "", true},
+		{api.VariableScopeEnvironment, "", true},
+		{api.VariableScopeService, "debug", false},
+		{api.VariableScopeService, "", true},
 	}
 	for i, w := range want {
 		require.Equal(t, w.scope, eff[i].Scope, eff[i].Name)
@@ -201,7 +201,7 @@ func TestVariablesNeverReturnSecrets(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"DATABASE_URL", "LOG_LEVEL", "QUEUE", "REGION"}, varNames(eff))
 	require.Equal(t, "info", eff[1].Value)
-	require.Equal(t, query.VariableScopeEnvironment, eff[1].Scope)
+	require.Equal(t, api.VariableScopeEnvironment, eff[1].Scope)
 	require.Equal(t, "eu", eff[3].Value)
 
 	eff, err = query.EffectiveVariables(ctx, d.pool, prod, "")
@@ -214,7 +214,7 @@ func TestVariablesNeverReturnSecrets(t *testing.T) {
 	require.Equal(t, "warn", vars[0].Value)
 }
 
-func varNames(vs []query.Variable) []string {
+func varNames(vs []api.Variable) []string {
 	out := []string{}
 	for _, v := range vs {
 		out = append(out, v.Name)
@@ -231,21 +231,21 @@ func TestDomains(t *testing.T) {
 	k3s := d.cluster(acme, "k3s", 1, false)
 	prod := d.environment(acme, shop, k3s, "production", true, 1, false)
 	stg := d.environment(acme, shop, k3s, "staging", false, 1, false)
-	api := d.service(acme, shop, "api", `{"image":"x"}`, `[]`, 1, false)
+	apiSvc := d.service(acme, shop, "api", `{"image":"x"}`, `[]`, 1, false)
 	web := d.service(acme, shop, "web", `{"image":"x"}`, `[]`, 1, false)
 	addDomain := func(host, env, svc string, created int) {
 		d.exec(`INSERT INTO domains (host, org_id, project_id, environment_id, service_id, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
 			host, acme, shop, env, svc, at(created))
 	}
 	addDomain("www.example.com", prod, web, 1)
-	addDomain("api.example.com", prod, api, 2)
+	addDomain("api.example.com", prod, apiSvc, 2)
 	addDomain("shop.example.com", prod, web, 3)
 	addDomain("staging.example.com", stg, web, 4)
 
 	all, err := query.Domains(ctx, d.pool, prod, "")
 	require.NoError(t, err)
 	require.Len(t, all, 3)
-	require.Equal(t, query.Domain{Host: "api.example.com", ServiceID: api, ServiceName: "api", EnvironmentID: prod, CreatedAt: all[0].CreatedAt}, all[0])
+	require.Equal(t, api.Domain{Host: "api.example.com", ServiceID: apiSvc, ServiceName: "api", EnvironmentID: prod, CreatedAt: all[0].CreatedAt}, all[0])
 	require.True(t, all[0].CreatedAt.Equal(at(2)))
 	require.Equal(t, "shop.example.com", all[1].Host)
 	require.Equal(t, "www.example.com", all[2].Host)
@@ -280,8 +280,10 @@ func TestServiceCredentialIsNeverReturned(t *testing.T) {
 		"credential":{"kind":"token","username":"ci","sealed":{"dataKeyId":"k1","ciphertext":"c2VjcmV0LXNlYWxlZA=="}}}`, `[]`, 10, false)
 	s, err := query.ServiceByName(ctx, d.pool, shop, "app")
 	require.NoError(t, err)
-	require.Equal(t, &query.CredentialInfo{Kind: "token", Username: "ci"}, s.Source.Credential)
-	require.Equal(t, "k1", s.Source.Sealed().Sealed.DataKeyID, "the sealed form is there for the builds' delivery")
+	require.Equal(t, &api.CredentialInfo{Kind: "token", Username: "ci"}, s.Source.Credential)
+	src, err := query.ServiceSourceByID(ctx, d.pool, s.ID)
+	require.NoError(t, err)
+	require.Equal(t, "k1", src.Credential.Sealed.DataKeyID, "the sealed form is there for the builds' delivery")
 	raw, err := json.Marshal(s)
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), "c2VjcmV0LXNlYWxlZA", "the sealed value is never in the API's JSON")

@@ -6,74 +6,36 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
-// DeploymentStage is one step of a deployment's rollout: a stage its
-// cluster's agent reported (with the new release's pods ready and desired),
-// or the control plane's verdict (succeeded, failed, superseded). Seq is the
-// version of the deployment's stream: 1 is delivering, and each later stage
-// has a greater one, so it is also where a follower resumes.
-type DeploymentStage struct {
-	Seq     int       `json:"seq"`
-	Stage   string    `json:"stage"`
-	At      time.Time `json:"at"`
-	Ready   int       `json:"ready"`
-	Desired int       `json:"desired"`
-	// Detail says what holds unready pods up; on a failed stage it is the
-	// reason.
-	Detail string `json:"detail,omitempty"`
-	// Actor is who recorded the stage: "agent:<server>" or "system:<job>".
-	Actor string `json:"actor"`
-}
-
-// Terminal reports whether the stage ends the deployment.
-func (s DeploymentStage) Terminal() bool { return domain.DeploymentStatus(s.Stage).Terminal() }
-
 // DeploymentStages lists the stages of a deployment after seq after, in order.
-func DeploymentStages(ctx context.Context, q eventstore.Querier, deploymentID string, after int) ([]DeploymentStage, error) {
+func DeploymentStages(ctx context.Context, q eventstore.Querier, deploymentID string, after int) ([]api.DeploymentStage, error) {
 	if !validID(deploymentID) {
-		return []DeploymentStage{}, nil
+		return []api.DeploymentStage{}, nil
 	}
-	return list(ctx, q, "stages of deployment "+deploymentID, func(row pgx.Row) (DeploymentStage, error) {
-		var s DeploymentStage
+	return list(ctx, q, "stages of deployment "+deploymentID, func(row pgx.Row) (api.DeploymentStage, error) {
+		var s api.DeploymentStage
 		err := row.Scan(&s.Seq, &s.Stage, &s.At, &s.Ready, &s.Desired, &s.Detail, &s.Actor)
 		return s, err
 	}, `SELECT seq, stage, at, ready, desired, detail, actor FROM deployment_stages
 	     WHERE deployment_id = $1 AND seq > $2 ORDER BY seq LIMIT 10000`, deploymentID, after)
 }
 
-// DeployPause says that automatic deploys of a service in an environment are
-// paused (a rollback pauses them) until someone resumes them.
-type DeployPause struct {
-	Reason   string    `json:"reason"`
-	PausedBy string    `json:"pausedBy"`
-	PausedAt time.Time `json:"pausedAt"`
-	// Waiting is the automatic deploy (a build's image) that waits for
-	// the deploys to be resumed, which deploys it.
-	Waiting *WaitingDeploy `json:"waiting,omitempty"`
-}
-
-// WaitingDeploy is an automatic deploy that waits.
-type WaitingDeploy struct {
-	Image   string `json:"image"`
-	BuildID string `json:"buildId,omitempty"`
-}
-
 // DeployPauseOf returns the pause of a service's automatic deploys in an
 // environment, or nil when they are not paused.
-func DeployPauseOf(ctx context.Context, q eventstore.Querier, envID, serviceID string) (*DeployPause, error) {
+func DeployPauseOf(ctx context.Context, q eventstore.Querier, envID, serviceID string) (*api.DeployPause, error) {
 	if !validID(envID) || !validID(serviceID) {
 		return nil, nil
 	}
-	p, err := one(ctx, q, "deploy pause", func(row pgx.Row) (DeployPause, error) {
-		var p DeployPause
-		var w WaitingDeploy
+	p, err := one(ctx, q, "deploy pause", func(row pgx.Row) (api.DeployPause, error) {
+		var p api.DeployPause
+		var w api.WaitingDeploy
 		err := row.Scan(&p.Reason, &p.PausedBy, &p.PausedAt, &w.Image, &w.BuildID)
 		if w.Image != "" {
 			p.Waiting = &w
@@ -89,46 +51,12 @@ func DeployPauseOf(ctx context.Context, q eventstore.Querier, envID, serviceID s
 	return &p, nil
 }
 
-// Kinds of ChangeDiff.
-const (
-	DiffSetVariable   = "set-variable"
-	DiffUnsetVariable = "unset-variable"
-	DiffAddDomain     = "add-domain"
-	DiffRemoveDomain  = "remove-domain"
-	DiffScale         = "scale"
-	DiffDeploy        = "deploy"
-	DiffRollback      = "rollback"
-)
-
 // Masked stands for a secret's value, which is never shown.
 const Masked = "********"
 
-// ChangeDiff is what one change of a change set changes. Old is the value
-// the environment has now, which the change replaces: it is given only while
-// the change set is open (a decided one changed things since) and is absent
-// when there is none (a variable that is not set yet). New is the value
-// after the change; absent when the change removes something. A secret's
-// values are Masked.
-type ChangeDiff struct {
-	// Kind is set-variable, unset-variable, add-domain, remove-domain,
-	// scale, deploy or rollback.
-	Kind string `json:"kind"`
-	// Service is the service's name; "" for an environment-wide variable.
-	Service string `json:"service,omitempty"`
-	// Name is the variable's name, the host name, or the process scaled.
-	Name   string  `json:"name,omitempty"`
-	Secret bool    `json:"secret,omitempty"`
-	Old    *string `json:"old,omitempty"`
-	New    *string `json:"new,omitempty"`
-	// Release is the release number a rollback goes back to.
-	Release int `json:"release,omitempty"`
-	// Summary says it all in one line, for people.
-	Summary string `json:"summary"`
-}
-
 // ChangeSetDiff describes each change of a change set against the
 // environment as it is now. No secret value, sealed or not, is in it.
-func ChangeSetDiff(ctx context.Context, q eventstore.Querier, cs ChangeSet) ([]ChangeDiff, error) {
+func ChangeSetDiff(ctx context.Context, q eventstore.Querier, cs api.ChangeSet) ([]api.ChangeDiff, error) {
 	if !validID(cs.ID) {
 		return nil, notFound("change set %q", cs.ID)
 	}
@@ -148,7 +76,7 @@ func ChangeSetDiff(ctx context.Context, q eventstore.Querier, cs ChangeSet) ([]C
 	if err != nil {
 		return nil, err
 	}
-	out := []ChangeDiff{}
+	out := []api.ChangeDiff{}
 	for _, c := range changes {
 		out = append(out, now.diff(c)...)
 	}
@@ -159,15 +87,15 @@ func ChangeSetDiff(ctx context.Context, q eventstore.Querier, cs ChangeSet) ([]C
 type present struct {
 	// compare is false for a decided change set: no Old values.
 	compare  bool
-	services map[string]Service
+	services map[string]api.Service
 	// vars by service id ("" environment-wide), then name.
-	vars     map[string]map[string]Variable
+	vars     map[string]map[string]api.Variable
 	replicas map[string]map[string]int
 	images   map[string]string
 }
 
 func presentOf(ctx context.Context, q eventstore.Querier, projectID, envID string, compare bool) (*present, error) {
-	p := &present{compare: compare, services: map[string]Service{}, vars: map[string]map[string]Variable{},
+	p := &present{compare: compare, services: map[string]api.Service{}, vars: map[string]map[string]api.Variable{},
 		replicas: map[string]map[string]int{}, images: map[string]string{}}
 	// Deleted services are kept: a change set may name one.
 	svcs, err := list(ctx, q, "services of project "+projectID, scanService,
@@ -188,13 +116,13 @@ func presentOf(ctx context.Context, q eventstore.Querier, projectID, envID strin
 	}
 	for rows.Next() {
 		var svc string
-		var v Variable
+		var v api.Variable
 		if err := rows.Scan(&svc, &v.Name, &v.Value, &v.Secret); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		if p.vars[svc] == nil {
-			p.vars[svc] = map[string]Variable{}
+			p.vars[svc] = map[string]api.Variable{}
 		}
 		p.vars[svc][v.Name] = v
 	}
@@ -285,8 +213,8 @@ func summary(what string, old, new *string) string {
 	return what
 }
 
-func (p *present) diff(c domain.Change) []ChangeDiff {
-	var out []ChangeDiff
+func (p *present) diff(c domain.Change) []api.ChangeDiff {
+	var out []api.ChangeDiff
 	on := func(serviceID string) string {
 		if serviceID == "" {
 			return "the environment"
@@ -298,7 +226,7 @@ func (p *present) diff(c domain.Change) []ChangeDiff {
 		s := c.SetVariables
 		for _, v := range s.Variables {
 			cur, ok := p.vars[s.ServiceID][v.Name]
-			d := ChangeDiff{Kind: DiffSetVariable, Service: p.serviceName(s.ServiceID), Name: v.Name, Secret: v.Secret != nil}
+			d := api.ChangeDiff{Kind: api.DiffSetVariable, Service: p.serviceName(s.ServiceID), Name: v.Name, Secret: v.Secret != nil}
 			oldValue := cur.Value
 			if cur.Secret {
 				oldValue, d.Secret = Masked, true
@@ -319,7 +247,7 @@ func (p *present) diff(c domain.Change) []ChangeDiff {
 		s := c.UnsetVariables
 		for _, name := range s.Names {
 			cur, ok := p.vars[s.ServiceID][name]
-			d := ChangeDiff{Kind: DiffUnsetVariable, Service: p.serviceName(s.ServiceID), Name: name, Secret: cur.Secret}
+			d := api.ChangeDiff{Kind: api.DiffUnsetVariable, Service: p.serviceName(s.ServiceID), Name: name, Secret: cur.Secret}
 			oldValue := cur.Value
 			if cur.Secret {
 				oldValue = Masked
@@ -330,28 +258,28 @@ func (p *present) diff(c domain.Change) []ChangeDiff {
 		}
 	case c.AddDomain != nil:
 		s := c.AddDomain
-		out = append(out, ChangeDiff{Kind: DiffAddDomain, Service: p.name(s.ServiceID), Name: s.Host, New: strp(s.Host),
+		out = append(out, api.ChangeDiff{Kind: api.DiffAddDomain, Service: p.name(s.ServiceID), Name: s.Host, New: strp(s.Host),
 			Summary: "route " + s.Host + " to " + p.name(s.ServiceID)})
 	case c.RemoveDomain != nil:
 		s := c.RemoveDomain
-		out = append(out, ChangeDiff{Kind: DiffRemoveDomain, Name: s.Host, Old: strp(s.Host), Summary: "stop routing " + s.Host})
+		out = append(out, api.ChangeDiff{Kind: api.DiffRemoveDomain, Name: s.Host, Old: strp(s.Host), Summary: "stop routing " + s.Host})
 	case c.Scale != nil:
 		s := c.Scale
 		n, ok := p.replicasOf(s.ServiceID, s.Process)
-		d := ChangeDiff{Kind: DiffScale, Service: p.name(s.ServiceID), Name: s.Process, Old: p.old(ok, strconv.Itoa(n)), New: strp(strconv.Itoa(s.Replicas))}
+		d := api.ChangeDiff{Kind: api.DiffScale, Service: p.name(s.ServiceID), Name: s.Process, Old: p.old(ok, strconv.Itoa(n)), New: strp(strconv.Itoa(s.Replicas))}
 		d.Summary = summary("scale "+p.name(s.ServiceID)+" "+s.Process, d.Old, d.New)
 		out = append(out, d)
 	case c.Deploy != nil:
 		s := c.Deploy
 		cur, ok := p.images[s.ServiceID]
-		d := ChangeDiff{Kind: DiffDeploy, Service: p.name(s.ServiceID), Old: p.old(ok, cur), New: strp(s.Image)}
+		d := api.ChangeDiff{Kind: api.DiffDeploy, Service: p.name(s.ServiceID), Old: p.old(ok, cur), New: strp(s.Image)}
 		d.Summary = summary("deploy "+p.name(s.ServiceID), d.Old, d.New)
 		out = append(out, d)
 	case c.Rollback != nil:
 		s := c.Rollback
 		cur, ok := p.images[s.ServiceID]
 		to := fmt.Sprintf("release %d (%s)", s.Release.Number, s.Release.Image)
-		d := ChangeDiff{Kind: DiffRollback, Service: p.name(s.ServiceID), Release: s.Release.Number, Old: p.old(ok, cur), New: strp(to)}
+		d := api.ChangeDiff{Kind: api.DiffRollback, Service: p.name(s.ServiceID), Release: s.Release.Number, Old: p.old(ok, cur), New: strp(to)}
 		d.Summary = summary("roll "+p.name(s.ServiceID)+" back to release "+strconv.Itoa(s.Release.Number), d.Old, d.New)
 		out = append(out, d)
 	}

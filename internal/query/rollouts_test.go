@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
@@ -50,7 +51,7 @@ func TestDeploymentStagesAndFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, stages, 3)
 	require.Equal(t, []string{"delivering", "starting", "probing"}, []string{stages[0].Stage, stages[1].Stage, stages[2].Stage})
-	require.Equal(t, query.DeploymentStage{Seq: 3, Stage: "probing", At: stages[2].At, Ready: 1, Desired: 3, Detail: "Readiness probe failed",
+	require.Equal(t, api.DeploymentStage{Seq: 3, Stage: "probing", At: stages[2].At, Ready: 1, Desired: 3, Detail: "Readiness probe failed",
 		Actor: "agent:eu-1/a"}, stages[2])
 	stages, err = query.DeploymentStages(ctx, h.pool, d1, 2)
 	require.NoError(t, err)
@@ -137,7 +138,7 @@ func TestChangeSetDiff(t *testing.T) {
 		"route api.example.com to api",
 		"stop routing old.example.com",
 	}, summaries)
-	require.Equal(t, query.DiffSetVariable, diff[0].Kind)
+	require.Equal(t, api.DiffSetVariable, diff[0].Kind)
 	require.Equal(t, "api", diff[0].Service)
 	require.Equal(t, "info", *diff[0].Old)
 	require.True(t, diff[1].Secret)
@@ -157,7 +158,7 @@ func TestChangeSetDiff(t *testing.T) {
 	require.Equal(t, "set LOG_LEVEL on api: warn", diff[0].Summary)
 	require.Nil(t, diff[0].Old)
 
-	_, err = query.ChangeSetDiff(ctx, h.pool, query.ChangeSet{ID: id()})
+	_, err = query.ChangeSetDiff(ctx, h.pool, api.ChangeSet{ID: id()})
 	require.ErrorIs(t, err, query.ErrNotFound)
 }
 

@@ -4,54 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/version"
 )
-
-// LastUpgrade is a server's last agent upgrade: in progress, succeeded,
-// failed, rolled back (by the agent, learned from its facts) or timed out.
-// Message is the sentence its page shows ("The agent rolled the upgrade
-// back: ...").
-type LastUpgrade struct {
-	UpgradeID string    `json:"upgradeId,omitempty"`
-	From      string    `json:"from,omitempty"`
-	Version   string    `json:"version"`
-	State     string    `json:"state"`
-	Step      string    `json:"step,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
-	Message   string    `json:"message"`
-	Auto      bool      `json:"auto,omitempty"`
-	Force     bool      `json:"force,omitempty"`
-	RolloutID string    `json:"rolloutId,omitempty"`
-	At        time.Time `json:"at"`
-}
-
-// ServerUpgrade is where a server's agent stands against the control
-// plane: its version and the skew, whether it can upgrade itself, and its
-// last upgrade.
-type ServerUpgrade struct {
-	ID        string `json:"id"`
-	OrgID     string `json:"orgId"`
-	ClusterID string `json:"clusterId"`
-	// Server is org/cluster/name.
-	Server    string `json:"server"`
-	Name      string `json:"name"`
-	Connected bool   `json:"connected"`
-	Version   string `json:"version"`
-	Arch      string `json:"arch,omitempty"`
-	// Skew is "Behind 1.5.0", "Newer than the control plane", "Version not
-	// comparable", or "" when the agent runs the control plane's version
-	// (also "" before the agent first connected).
-	Skew string `json:"skew"`
-	// CannotUpgrade says why the agent cannot upgrade itself; "" when it can
-	// (or has not said yet).
-	CannotUpgrade string       `json:"cannotUpgrade,omitempty"`
-	LastUpgrade   *LastUpgrade `json:"lastUpgrade,omitempty"`
-}
 
 // Skew says how an agent's version compares with the control plane's; ""
 // for an agent that never connected.
@@ -68,9 +27,9 @@ const serverUpgradeColumns = `s.id::text, s.org_id::text, s.cluster_id::text, o.
 const serverUpgradeFrom = ` FROM servers s JOIN clusters c ON c.id = s.cluster_id JOIN organisations o ON o.id = s.org_id
 	LEFT JOIN server_status st ON st.server_id = s.id`
 
-func scanServerUpgrade(controlPlane string) scanFunc[ServerUpgrade] {
-	return func(row pgx.Row) (ServerUpgrade, error) {
-		var s ServerUpgrade
+func scanServerUpgrade(controlPlane string) scanFunc[api.ServerUpgrade] {
+	return func(row pgx.Row) (api.ServerUpgrade, error) {
+		var s api.ServerUpgrade
 		var last []byte
 		if err := row.Scan(&s.ID, &s.OrgID, &s.ClusterID, &s.Server, &s.Name, &s.Connected, &s.Version, &s.Arch, &s.CannotUpgrade, &last); err != nil {
 			return s, err
@@ -82,11 +41,11 @@ func scanServerUpgrade(controlPlane string) scanFunc[ServerUpgrade] {
 	}
 }
 
-func decodeLastUpgrade(raw []byte) (*LastUpgrade, error) {
+func decodeLastUpgrade(raw []byte) (*api.LastUpgrade, error) {
 	if len(raw) == 0 {
 		return nil, nil
 	}
-	var u LastUpgrade
+	var u api.LastUpgrade
 	if err := json.Unmarshal(raw, &u); err != nil {
 		return nil, fmt.Errorf("reading a server's last upgrade: %w", err)
 	}
@@ -97,9 +56,9 @@ func decodeLastUpgrade(raw []byte) (*LastUpgrade, error) {
 // deleted) of an organisation, or of every organisation for orgID "", in
 // name order (then cluster, organisation), with their agents' standing
 // against the control plane's version.
-func ServerUpgrades(ctx context.Context, q eventstore.Querier, orgID, controlPlane string) ([]ServerUpgrade, error) {
+func ServerUpgrades(ctx context.Context, q eventstore.Querier, orgID, controlPlane string) ([]api.ServerUpgrade, error) {
 	if orgID != "" && !validID(orgID) {
-		return []ServerUpgrade{}, nil
+		return []api.ServerUpgrade{}, nil
 	}
 	return list(ctx, q, "the agents' versions", scanServerUpgrade(controlPlane),
 		`SELECT `+serverUpgradeColumns+serverUpgradeFrom+`
@@ -109,10 +68,10 @@ func ServerUpgrades(ctx context.Context, q eventstore.Querier, orgID, controlPla
 
 // ServerUpgradeByID finds a live server by id, in any organisation (the
 // caller checks the caller's access to OrgID).
-func ServerUpgradeByID(ctx context.Context, q eventstore.Querier, id, controlPlane string) (ServerUpgrade, error) {
+func ServerUpgradeByID(ctx context.Context, q eventstore.Querier, id, controlPlane string) (api.ServerUpgrade, error) {
 	what := "server " + id
 	if !validID(id) {
-		return ServerUpgrade{}, notFound("%s", what)
+		return api.ServerUpgrade{}, notFound("%s", what)
 	}
 	return one(ctx, q, what, scanServerUpgrade(controlPlane),
 		`SELECT `+serverUpgradeColumns+serverUpgradeFrom+` WHERE s.id = $1 AND s.revoked_at IS NULL AND c.deleted_at IS NULL`, id)
@@ -120,8 +79,8 @@ func ServerUpgradeByID(ctx context.Context, q eventstore.Querier, id, controlPla
 
 // LastUpgrades returns the last upgrade of each server of a cluster that
 // has one, by server id.
-func LastUpgrades(ctx context.Context, q eventstore.Querier, clusterID string) (map[string]*LastUpgrade, error) {
-	out := map[string]*LastUpgrade{}
+func LastUpgrades(ctx context.Context, q eventstore.Querier, clusterID string) (map[string]*api.LastUpgrade, error) {
+	out := map[string]*api.LastUpgrade{}
 	if !validID(clusterID) {
 		return out, nil
 	}
@@ -145,7 +104,7 @@ func LastUpgrades(ctx context.Context, q eventstore.Querier, clusterID string) (
 
 // WithSkew fills each server's version skew against the control plane's
 // version.
-func WithSkew(ss []Server, controlPlane string) []Server {
+func WithSkew(ss []api.Server, controlPlane string) []api.Server {
 	for i := range ss {
 		ss[i].Skew = Skew(ss[i].Version, controlPlane)
 	}

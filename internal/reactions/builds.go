@@ -2,7 +2,6 @@ package reactions
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
+	"github.com/nebulactrl/nebulactrl/internal/reactions/reactstore"
 )
 
 // The reactions of builds from Git (the spec's "background jobs that
@@ -21,9 +21,9 @@ import (
 //   - a queued build cancels the older builds of the same service, branch
 //     and cluster that have not finished (a newer push supersedes them);
 //   - each cluster runs at most BuildsPerCluster builds at once, the others
-//     wait in FIFO order (build_queue, written in this subscription's own
-//     transaction with its checkpoint, so a batch handled again after a
-//     crash decides the same order);
+//     wait in FIFO order (build_queue, package reactstore, written in this
+//     subscription's own transaction with its checkpoint, so a batch handled
+//     again after a crash decides the same order);
 //   - a running build times out after its timeout (a durable timer);
 //   - a successful build deploys its image to every environment it names,
 //     as an automatic deploy when a push asked for it (a rollback's pause
@@ -44,13 +44,9 @@ func (r *Reactions) reactBuild(ctx context.Context, tx pgx.Tx, e eventstore.Even
 	case domain.BuildQueuedEvent:
 		return nil, true, r.enqueue(ctx, tx, e, d, c)
 	case domain.BuildStarted:
-		var secs int
-		err := tx.QueryRow(ctx, `SELECT timeout_seconds FROM build_queue WHERE build_id = $1`, d.BuildID).Scan(&secs)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, true, nil
-		}
-		if err != nil {
-			return nil, true, fmt.Errorf("reading the timeout of build %s: %w", d.BuildID, err)
+		secs, queued, err := reactstore.Timeout(ctx, tx, d.BuildID)
+		if err != nil || !queued {
+			return nil, true, err
 		}
 		return []timerOp{{key: buildTimerKey(d.BuildID), kind: timerBuild, org: e.OrgID, due: d.At.Add(time.Duration(secs) * time.Second),
 			payload: timerPayload{BuildID: d.BuildID}}}, true, nil
@@ -95,18 +91,12 @@ func (r *Reactions) queuePush(ctx context.Context, e eventstore.Event, d domain.
 // enqueue puts a queued build in its cluster's queue, cancels the older
 // builds of the same branch there, and admits what the cluster has room for.
 func (r *Reactions) enqueue(ctx context.Context, tx pgx.Tx, e eventstore.Event, d domain.BuildQueuedEvent, c dispatch.Context) error {
-	if _, err := tx.Exec(ctx, `INSERT INTO build_queue (build_id, org_id, cluster_id, service_id, branch, seq, running, timeout_seconds)
-		VALUES ($1, $2, $3, $4, $5, $6, false, $7)
-		ON CONFLICT (build_id) DO UPDATE SET seq = EXCLUDED.seq, running = false, timeout_seconds = EXCLUDED.timeout_seconds`,
-		d.BuildID, e.OrgID, d.ClusterID, d.ServiceID, d.Branch, e.Position, d.TimeoutSeconds); err != nil {
-		return fmt.Errorf("queueing build %s: %w", d.BuildID, err)
+	q := reactstore.QueuedBuild{BuildID: d.BuildID, OrgID: e.OrgID, ClusterID: d.ClusterID, ServiceID: d.ServiceID, Branch: d.Branch,
+		Seq: e.Position, TimeoutSeconds: d.TimeoutSeconds}
+	if err := reactstore.Enqueue(ctx, tx, q); err != nil {
+		return err
 	}
-	rows, err := tx.Query(ctx, `SELECT build_id::text FROM build_queue WHERE service_id = $1 AND cluster_id = $2 AND branch = $3
-		AND build_id <> $4 AND seq < $5 ORDER BY seq`, d.ServiceID, d.ClusterID, d.Branch, d.BuildID, e.Position)
-	if err != nil {
-		return fmt.Errorf("finding the builds build %s supersedes: %w", d.BuildID, err)
-	}
-	older, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	older, err := reactstore.OlderOnBranch(ctx, tx, q)
 	if err != nil {
 		return err
 	}
@@ -120,7 +110,7 @@ func (r *Reactions) enqueue(ctx context.Context, tx pgx.Tx, e eventstore.Event, 
 			return err
 		}
 		// Its slot is free now; its cancelled event removes it for good.
-		if _, err := tx.Exec(ctx, `DELETE FROM build_queue WHERE build_id = $1`, id); err != nil {
+		if err := reactstore.Remove(ctx, tx, id); err != nil {
 			return err
 		}
 	}
@@ -130,13 +120,9 @@ func (r *Reactions) enqueue(ctx context.Context, tx pgx.Tx, e eventstore.Event, 
 // finish takes a build that is over out of its cluster's queue and admits
 // the next.
 func (r *Reactions) finish(ctx context.Context, tx pgx.Tx, buildID string, c dispatch.Context) error {
-	var cluster string
-	err := tx.QueryRow(ctx, `DELETE FROM build_queue WHERE build_id = $1 RETURNING cluster_id::text`, buildID).Scan(&cluster)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("taking build %s out of its queue: %w", buildID, err)
+	cluster, queued, err := reactstore.Finish(ctx, tx, buildID)
+	if err != nil || !queued {
+		return err
 	}
 	return r.admit(ctx, tx, cluster, c)
 }
@@ -144,33 +130,24 @@ func (r *Reactions) finish(ctx context.Context, tx pgx.Tx, buildID string, c dis
 // admit starts the oldest queued builds of a cluster while fewer than
 // BuildsPerCluster run there.
 func (r *Reactions) admit(ctx context.Context, tx pgx.Tx, clusterID string, c dispatch.Context) error {
-	var running int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM build_queue WHERE cluster_id = $1 AND running`, clusterID).Scan(&running); err != nil {
-		return fmt.Errorf("counting the running builds of cluster %s: %w", clusterID, err)
+	running, err := reactstore.Running(ctx, tx, clusterID)
+	if err != nil {
+		return err
 	}
 	room := r.cfg.BuildsPerCluster - running
 	if room <= 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `SELECT build_id::text, org_id::text FROM build_queue WHERE cluster_id = $1 AND NOT running
-		ORDER BY seq LIMIT `+strconv.Itoa(room), clusterID)
-	if err != nil {
-		return fmt.Errorf("reading the queue of cluster %s: %w", clusterID, err)
-	}
-	type next struct{ id, org string }
-	todo, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (next, error) {
-		var n next
-		return n, row.Scan(&n.id, &n.org)
-	})
+	todo, err := reactstore.NextWaiting(ctx, tx, clusterID, room)
 	if err != nil {
 		return err
 	}
 	for _, n := range todo {
-		_, err := r.cfg.Commands.Build(ctx, c, n.org, n.id, domain.StartBuild{})
-		if err := ignoreDecided(err, r.cfg.Logger, "starting build "+n.id); err != nil {
+		_, err := r.cfg.Commands.Build(ctx, c, n.OrgID, n.BuildID, domain.StartBuild{})
+		if err := ignoreDecided(err, r.cfg.Logger, "starting build "+n.BuildID); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE build_queue SET running = true WHERE build_id = $1`, n.id); err != nil {
+		if err := reactstore.MarkRunning(ctx, tx, n.BuildID); err != nil {
 			return err
 		}
 	}

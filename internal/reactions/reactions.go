@@ -36,6 +36,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
+	"github.com/nebulactrl/nebulactrl/internal/reactions/reactstore"
 )
 
 // SubscriptionName is the stable name of the reactions' subscription.
@@ -77,6 +78,28 @@ type Config struct {
 	// (projections.DocumentAt: the revision events record only changes);
 	// required. Reactions read it, they never write projections.
 	Documents func(ctx context.Context, q eventstore.Querier, envID string, n int) (desiredstate.Document, error)
+	// Reads are the read models the reactions decide on
+	// (projections.ReadModels{}); required.
+	Reads ReadModels
+}
+
+// ReadModels are the reads of the read models the reactions decide on
+// (projections.ReadModels implements them; reactions never write the read
+// models, nor write SQL of their own: their own tables are reactstore's).
+type ReadModels interface {
+	// HeldDeployment returns the latest deployment of a service in an
+	// environment when it has not been delivered yet ("" when none).
+	HeldDeployment(ctx context.Context, q eventstore.Querier, envID, serviceID string) (deploymentID, releaseID string, err error)
+	// ProgressDeadlineSeconds returns a service's progress deadline (0: the
+	// default, also for a service that is not there).
+	ProgressDeadlineSeconds(ctx context.Context, q eventstore.Querier, serviceID string) (int, error)
+	// AgentAutoUpgrade reports whether automatic agent upgrade is on.
+	AgentAutoUpgrade(ctx context.Context, q eventstore.Querier) (bool, error)
+	// UpgradingServers returns the servers whose agent upgrade is in progress.
+	UpgradingServers(ctx context.Context, q eventstore.Querier) ([]string, error)
+	// Delivery returns the command that opens a deployment's stream, for a
+	// deployment of orgID on clusterID (domain.ErrNotFound otherwise).
+	Delivery(ctx context.Context, q eventstore.Querier, orgID, clusterID, deploymentID string) (domain.DeliverDeployment, error)
 }
 
 // Reactions runs the reactions.
@@ -89,8 +112,8 @@ type Reactions struct {
 
 // New returns the reactions.
 func New(cfg Config) (*Reactions, error) {
-	if cfg.Store == nil || cfg.Commands == nil || cfg.Documents == nil {
-		return nil, errors.New("reactions: needs an event store, a command handler and a reader of revision documents")
+	if cfg.Store == nil || cfg.Commands == nil || cfg.Documents == nil || cfg.Reads == nil {
+		return nil, errors.New("reactions: needs an event store, a command handler, a reader of revision documents and of the read models")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -263,18 +286,18 @@ func (r *Reactions) deliver(ctx context.Context, tx pgx.Tx, e eventstore.Event, 
 		case s.Held:
 			// A held service carries no release: its latest deployment
 			// cannot roll out, and fails with the reason.
-			depID, cmd.ReleaseID, err = heldDeployment(ctx, tx, rc.EnvironmentID, s.ID)
+			depID, cmd.ReleaseID, err = r.cfg.Reads.HeldDeployment(ctx, tx, rc.EnvironmentID, s.ID)
 			if err != nil {
-				return err
+				return fmt.Errorf("finding the deployment of held service %s: %w", s.ID, err)
 			}
 			cmd.HeldReason = s.HeldReason
 		}
 		if depID == "" {
 			continue
 		}
-		secs, err := serviceDeadline(ctx, tx, s.ID)
+		secs, err := r.cfg.Reads.ProgressDeadlineSeconds(ctx, tx, s.ID)
 		if err != nil {
-			return err
+			return fmt.Errorf("reading the progress deadline of service %s: %w", s.ID, err)
 		}
 		cmd.ProgressDeadline = time.Duration(secs) * time.Second
 		_, err = r.cfg.Commands.Deployment(ctx, c, e.OrgID, depID, cmd)
@@ -285,42 +308,21 @@ func (r *Reactions) deliver(ctx context.Context, tx pgx.Tx, e eventstore.Event, 
 	return nil
 }
 
-// heldDeployment returns the latest deployment of a service in an
-// environment when it has not been delivered yet.
-func heldDeployment(ctx context.Context, tx pgx.Tx, envID, serviceID string) (string, string, error) {
-	var dep, rel string
-	err := tx.QueryRow(ctx, `SELECT d.id::text, d.release_id::text FROM deployments d
-		WHERE d.environment_id = $1 AND d.service_id = $2 AND d.status = 'requested'
-		ORDER BY d.seq DESC LIMIT 1`, envID, serviceID).Scan(&dep, &rel)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", "", nil
-	}
-	if err != nil {
-		return "", "", fmt.Errorf("finding the deployment of held service %s: %w", serviceID, err)
-	}
-	return dep, rel, nil
-}
-
-func serviceDeadline(ctx context.Context, tx pgx.Tx, serviceID string) (int, error) {
-	var secs int
-	err := tx.QueryRow(ctx, `SELECT progress_deadline_seconds FROM services WHERE id = $1`, serviceID).Scan(&secs)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("reading the progress deadline of service %s: %w", serviceID, err)
-	}
-	return secs, nil
-}
-
 // progressDeadline reads the deadline the deployment's stream opened with.
 func progressDeadline(ctx context.Context, tx pgx.Tx, deploymentID string) (time.Duration, error) {
-	var secs *int
-	err := tx.QueryRow(ctx, `SELECT (payload->>'progressDeadlineSeconds')::int FROM events
-		WHERE stream_id = $1 AND stream_version = 1`, domain.DeploymentStream(deploymentID)).Scan(&secs)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	first, ok, err := eventstore.EventAt(ctx, tx, domain.DeploymentStream(deploymentID), 1)
+	if err != nil {
 		return 0, fmt.Errorf("reading the progress deadline of deployment %s: %w", deploymentID, err)
 	}
+	var opened struct {
+		ProgressDeadlineSeconds *int `json:"progressDeadlineSeconds"`
+	}
+	if ok {
+		if err := json.Unmarshal(first.Payload, &opened); err != nil {
+			return 0, fmt.Errorf("reading the progress deadline of deployment %s: %w", deploymentID, err)
+		}
+	}
+	secs := opened.ProgressDeadlineSeconds
 	if secs == nil || *secs <= 0 {
 		return domain.DefaultProgressDeadline, nil
 	}
@@ -346,31 +348,19 @@ func writeTimers(ctx context.Context, tx pgx.Tx, ops []timerOp) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	b := &pgx.Batch{}
-	for _, op := range ops {
+	out := make([]reactstore.TimerOp, len(ops))
+	for i, op := range ops {
+		out[i] = reactstore.TimerOp{Timer: reactstore.Timer{Key: op.key, Kind: op.kind, OrgID: op.org, Due: op.due}, Keep: op.keep}
 		if op.due.IsZero() {
-			b.Queue(`DELETE FROM reaction_timers WHERE key = $1`, op.key)
 			continue
 		}
 		payload, err := json.Marshal(op.payload)
 		if err != nil {
 			return err
 		}
-		var org any
-		if op.org != "" {
-			org = op.org
-		}
-		conflict := `DO UPDATE SET due_at = EXCLUDED.due_at, payload = EXCLUDED.payload, org_id = EXCLUDED.org_id`
-		if op.keep {
-			conflict = `DO NOTHING`
-		}
-		b.Queue(`INSERT INTO reaction_timers (key, org_id, kind, due_at, payload) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (key) `+conflict,
-			op.key, org, op.kind, op.due, payload)
+		out[i].Payload = payload
 	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("writing timers: %w", err)
-	}
-	return nil
+	return reactstore.WriteTimers(ctx, tx, out)
 }
 
 // FireDue fires every timer due by the clock's now and returns how many it
@@ -379,32 +369,22 @@ func writeTimers(ctx context.Context, tx pgx.Tx, ops []timerOp) error {
 // next round.
 func (r *Reactions) FireDue(ctx context.Context) (int, error) {
 	now := r.cfg.Now().UTC()
-	rows, err := r.pool.Query(ctx, `SELECT key, coalesce(org_id::text, ''), kind, due_at, payload FROM reaction_timers
-		WHERE due_at <= $1 ORDER BY due_at, key LIMIT 500`, now)
+	stored, err := reactstore.DueTimers(ctx, r.pool, now, 500)
 	if err != nil {
-		return 0, fmt.Errorf("reading due timers: %w", err)
+		return 0, err
 	}
 	type timer struct {
 		key, org, kind string
 		due            time.Time
 		payload        timerPayload
 	}
-	var due []timer
-	for rows.Next() {
-		var t timer
-		var raw []byte
-		if err := rows.Scan(&t.key, &t.org, &t.kind, &t.due, &raw); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		if err := json.Unmarshal(raw, &t.payload); err != nil {
+	due := make([]timer, 0, len(stored))
+	for _, st := range stored {
+		t := timer{key: st.Key, org: st.OrgID, kind: st.Kind, due: st.Due}
+		if err := json.Unmarshal(st.Payload, &t.payload); err != nil {
 			r.cfg.Logger.Error("reactions: dropping an unreadable timer", "key", t.key, "err", err)
 		}
 		due = append(due, t)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
 	}
 	fired := 0
 	var errs []error
@@ -431,7 +411,7 @@ func (r *Reactions) FireDue(ctx context.Context) (int, error) {
 		}
 		// A timer set again meanwhile (a new stage moved the stall timer)
 		// has another due time and stays.
-		if _, err := r.pool.Exec(ctx, `DELETE FROM reaction_timers WHERE key = $1 AND due_at = $2`, t.key, t.due); err != nil {
+		if err := reactstore.DeleteFired(ctx, r.pool, t.key, t.due); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -72,7 +72,7 @@ func setup(t *testing.T) *world {
 	require.NoError(t, err)
 	w.proj, err = projections.New(projections.Config{Store: store, Keys: seal.New(pool, mk, nil), Now: w.clock.Now})
 	require.NoError(t, err)
-	w.react, err = reactions.New(reactions.Config{Store: store, Commands: w.cmd, Documents: projections.Document, Now: w.clock.Now, StallTimeout: time.Minute, ApprovalTTL: 72 * time.Hour})
+	w.react, err = reactions.New(reactions.Config{Store: store, Commands: w.cmd, Documents: projections.Document, Reads: projections.ReadModels{}, Now: w.clock.Now, StallTimeout: time.Minute, ApprovalTTL: 72 * time.Hour})
 	require.NoError(t, err)
 
 	alice, bob := uuid.NewString(), uuid.NewString()

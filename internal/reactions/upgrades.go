@@ -50,8 +50,9 @@ type UpgradeReport struct {
 }
 
 // UpgradeSender sends an agent upgrade to a connected agent (the wiring
-// adapts agentlink.Link.SendUpgrade); an error wrapping the configured
-// Offline error means the agent is not connected to this replica.
+// adapts agentlink.Link.SendUpgrade: the agent link owns delivery to the
+// agents); an error wrapping the configured Offline error means the agent
+// is not connected to this replica.
 type UpgradeSender interface {
 	SendUpgrade(ctx context.Context, serverID string, u AgentUpgrade) error
 }
@@ -136,9 +137,8 @@ func (r *Reactions) autoUpgrade(ctx context.Context, tx pgx.Tx, e eventstore.Eve
 	if !version.Behind(d.Version, target) {
 		return nil
 	}
-	on := true
-	err := tx.QueryRow(ctx, `SELECT agent_auto_upgrade FROM instance_settings WHERE id = 1`).Scan(&on)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	on, err := r.cfg.Reads.AgentAutoUpgrade(ctx, tx)
+	if err != nil {
 		return fmt.Errorf("reading the automatic upgrade setting: %w", err)
 	}
 	if !on {
@@ -153,9 +153,8 @@ func (r *Reactions) autoUpgrade(ctx context.Context, tx pgx.Tx, e eventstore.Eve
 // sendUpgrade sends a requested upgrade to its agent, unless it already
 // ended (an event handled again, or read again after a restart).
 func (r *Reactions) sendUpgrade(ctx context.Context, tx pgx.Tx, e eventstore.Event, d domain.AgentUpgradeRequested, c dispatch.Context) error {
-	var ended bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE stream_id = $1 AND stream_version > $2
-		AND event_type IN ('server.agent.upgraded', 'server.agent.upgrade.failed'))`, e.StreamID, e.StreamVersion).Scan(&ended)
+	ended, err := eventstore.HasEventAfter(ctx, tx, e.StreamID, e.StreamVersion,
+		domain.AgentUpgraded{}.EventType(), domain.AgentUpgradeFailed{}.EventType())
 	if err != nil {
 		return fmt.Errorf("reading whether upgrade %s ended: %w", d.UpgradeID, err)
 	}
@@ -247,10 +246,17 @@ func (r *Reactions) deliverPending(ctx context.Context, serverIDs []string) erro
 	for _, id := range serverIDs {
 		here[id] = true
 	}
-	rows, err := r.pool.Query(ctx, `SELECT s.id::text, e.payload FROM servers s
-		JOIN LATERAL (SELECT payload FROM events WHERE stream_id = 'server-' || s.id::text AND event_type = 'server.agent.upgrade.requested'
-			ORDER BY stream_version DESC LIMIT 1) e ON true
-		WHERE s.last_upgrade->>'state' = $1`, domain.UpgradeInProgress)
+	upgrading, err := r.cfg.Reads.UpgradingServers(ctx, r.pool)
+	if err != nil {
+		return fmt.Errorf("reading the pending upgrades: %w", err)
+	}
+	streams := make([]string, 0, len(upgrading))
+	for _, id := range upgrading {
+		if here[id] {
+			streams = append(streams, domain.ServerStream(id))
+		}
+	}
+	requested, err := eventstore.LatestOfType(ctx, r.pool, streams, domain.AgentUpgradeRequested{}.EventType())
 	if err != nil {
 		return fmt.Errorf("reading the pending upgrades: %w", err)
 	}
@@ -259,24 +265,16 @@ func (r *Reactions) deliverPending(ctx context.Context, serverIDs []string) erro
 		req    domain.AgentUpgradeRequested
 	}
 	var todo []pending
-	for rows.Next() {
-		var p pending
-		var raw []byte
-		if err := rows.Scan(&p.server, &raw); err != nil {
-			rows.Close()
-			return err
-		}
-		if !here[p.server] {
+	for _, id := range upgrading {
+		e, ok := requested[domain.ServerStream(id)]
+		if !ok || !here[id] {
 			continue
 		}
-		if err := json.Unmarshal(raw, &p.req); err != nil {
+		p := pending{server: id}
+		if err := json.Unmarshal(e.Payload, &p.req); err != nil {
 			continue
 		}
 		todo = append(todo, p)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
 	}
 	for _, p := range todo {
 		d := p.req
@@ -293,15 +291,23 @@ func (r *Reactions) deliverPending(ctx context.Context, serverIDs []string) erro
 // version is passed over; one that cannot be upgraded now halts the rollout;
 // after the last one the rollout is complete.
 func (r *Reactions) advanceRollout(ctx context.Context, tx pgx.Tx, c dispatch.Context, orgID, rolloutID, after string) error {
-	var payload []byte
-	err := tx.QueryRow(ctx, `SELECT payload FROM events WHERE stream_id = $1 AND event_type = 'agent.rollout.started'
-		AND payload->>'rolloutId' = $2`, domain.OrgStream(orgID), rolloutID).Scan(&payload)
-	if errors.Is(err, pgx.ErrNoRows) {
-		r.cfg.Logger.Error("reactions: a rollout without its start", "rollout", rolloutID)
-		return nil
-	}
+	starts, err := eventstore.EventsOfType(ctx, tx, domain.OrgStream(orgID), domain.AgentRolloutStarted{}.EventType())
 	if err != nil {
 		return fmt.Errorf("reading rollout %s: %w", rolloutID, err)
+	}
+	var payload []byte
+	for _, e := range starts {
+		var id struct {
+			RolloutID string `json:"rolloutId"`
+		}
+		if json.Unmarshal(e.Payload, &id) == nil && id.RolloutID == rolloutID {
+			payload = e.Payload
+			break
+		}
+	}
+	if payload == nil {
+		r.cfg.Logger.Error("reactions: a rollout without its start", "rollout", rolloutID)
+		return nil
 	}
 	var started domain.AgentRolloutStarted
 	if err := json.Unmarshal(payload, &started); err != nil {
@@ -346,33 +352,4 @@ func (r *Reactions) advanceRollout(ctx context.Context, tx pgx.Tx, c dispatch.Co
 func (r *Reactions) fireUpgrade(ctx context.Context, c dispatch.Context, org string, p timerPayload) error {
 	_, err := r.cfg.Commands.Server(ctx, c, org, p.ServerID, domain.ExpireUpgrade{UpgradeID: p.UpgradeID, Timeout: r.upgradeTimeout()})
 	return err
-}
-
-// UpgradeResult records an agent's answer to an agent_upgrade (the agent
-// link's OnUpgradeResult): a failure ends the upgrade at once; success is
-// the agent connecting again with the new version.
-func (r *Reactions) UpgradeResult(ctx context.Context, serverID string, res UpgradeReport) {
-	if res.OK || domain.ValidateID("upgrade", res.ID) != nil {
-		return
-	}
-	var org, name string
-	err := r.pool.QueryRow(ctx, `SELECT org_id::text, name FROM servers WHERE id = $1`, serverID).Scan(&org, &name)
-	if err != nil {
-		r.cfg.Logger.Warn("reactions: an upgrade result of an unknown server", "server", serverID, "err", err)
-		return
-	}
-	c := dispatch.Context{Actor: domain.Actor{Kind: domain.ActorAgent, ID: serverID, Name: name}}
-	_, err = r.cfg.Commands.Server(ctx, c, org, serverID, domain.ReportUpgradeResult{UpgradeID: res.ID, Version: res.Version, OK: res.OK,
-		Step: res.Step, Error: res.Error})
-	if err != nil {
-		r.cfg.Logger.Warn("reactions: recording an upgrade result", "server", serverID, "upgrade", res.ID, "err", err)
-	}
-}
-
-// AttachAgents gives the reactions the way to the agents (the agent link,
-// made after the reactions): the sender of agent_upgrade frames, the error
-// by which it says that an agent is offline, and the agent binaries whose
-// SHA-256 an upgrade carries. Call it before Run.
-func (r *Reactions) AttachAgents(sender UpgradeSender, offline error, binaries agentbin.Source) {
-	r.cfg.Upgrades.Sender, r.cfg.Upgrades.Offline, r.cfg.Upgrades.Binaries = sender, offline, binaries
 }

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/internal/apistate"
 	"github.com/nebulactrl/nebulactrl/internal/config"
 	"github.com/nebulactrl/nebulactrl/internal/jobs"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
@@ -81,23 +83,25 @@ func backgroundJobs(store *eventstore.Store, pool *pgxpool.Pool, tel *telemetry.
 		}
 		return d
 	}
-	exec := func(sql string, args ...any) func(ctx context.Context) error {
-		return func(ctx context.Context) error {
-			_, err := pool.Exec(ctx, sql, args...)
-			return err
-		}
-	}
 	return []jobs.Job{
 		{Name: "prune-outbox", Interval: interval(10 * time.Minute), Run: func(ctx context.Context) error {
 			_, err := store.PruneOutbox(ctx, time.Hour)
 			return err
 		}},
 		// A kept response goes with its data key: nothing can open it after.
-		{Name: "prune-idempotency-keys", Interval: interval(time.Hour), Run: exec(`WITH gone AS (
-			DELETE FROM idempotency_keys WHERE created_at < now() - interval '24 hours' RETURNING response_key)
-			DELETE FROM data_keys WHERE id IN (SELECT response_key FROM gone)`)},
-		{Name: "prune-login-attempts", Interval: interval(time.Hour), Run: exec(`DELETE FROM login_attempts WHERE window_start < now() - interval '1 day'`)},
-		{Name: "prune-job-runs", Interval: interval(24 * time.Hour), Run: exec(`DELETE FROM job_runs WHERE ran_at < now() - interval '7 days'`)},
+		{Name: "prune-idempotency-keys", Interval: interval(time.Hour), Run: func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				keys, err := apistate.PruneIdempotencyKeys(ctx, tx)
+				if err != nil {
+					return err
+				}
+				return seal.DeleteDataKeys(ctx, tx, keys)
+			})
+		}},
+		{Name: "prune-login-attempts", Interval: interval(time.Hour), Run: func(ctx context.Context) error {
+			return apistate.PruneLoginAttempts(ctx, pool)
+		}},
+		{Name: "prune-job-runs", Interval: interval(24 * time.Hour), Run: func(ctx context.Context) error { return jobs.PruneRuns(ctx, pool) }},
 		// Logs older than 7 days go with their daily partition.
 		{Name: "rotate-log-partitions", Interval: interval(time.Hour), Run: func(ctx context.Context) error {
 			if err := tel.EnsurePartitions(ctx); err != nil {

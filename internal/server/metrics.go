@@ -88,17 +88,12 @@ func (deploymentsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- deploym
 func (c deploymentsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rows, err := c.pool.Query(ctx, `SELECT status, count(*) FROM deployments GROUP BY status`)
+	counts, err := projections.DeploymentsByStatus(ctx, c.pool)
 	if err != nil {
 		return
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var status string
-		var n int64
-		if rows.Scan(&status, &n) == nil {
-			ch <- prometheus.MustNewConstMetric(deploymentsDesc, prometheus.GaugeValue, float64(n), status)
-		}
+	for status, n := range counts {
+		ch <- prometheus.MustNewConstMetric(deploymentsDesc, prometheus.GaugeValue, float64(n), status)
 	}
 }
 

@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/internal/config"
-	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
 	"github.com/nebulactrl/nebulactrl/internal/server"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
@@ -162,7 +162,7 @@ func TestMetricsAreCompleteAndPromlintClean(t *testing.T) {
 	require.NoError(t, err)
 	_, err = rc.CreateProject(ctx, "acme", "shop")
 	require.NoError(t, err)
-	_, err = rc.CreateUser(ctx, httpapi.CreateUserRequest{Email: "bob@example.com", Password: "correct horse battery staple"})
+	_, err = rc.CreateUser(ctx, api.CreateUserRequest{Email: "bob@example.com", Password: "correct horse battery staple"})
 	require.NoError(t, err)
 	anon, err := client.New(s.URL, "")
 	require.NoError(t, err)

@@ -79,7 +79,8 @@ type Started struct {
 
 // Run serves until ctx ends, then shuts down gracefully. Its steps: listen,
 // start the database (given or managed; back up, migrate, the master key),
-// build the components, run the background work, serve HTTP.
+// build the components (each given what it needs through its constructor),
+// run the background work, serve HTTP.
 func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	log := opts.Logger
 	if log == nil {
@@ -103,10 +104,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := c.connectAgents(ctx, opts, log, db, replica); err != nil {
-		return err
-	}
-	defer c.stopHub()
+	defer c.link.Close()
 	stopBackground := c.runBackground(ctx, log)
 	defer stopBackground()
 	return serve(ctx, cfg, opts, log, ls, db, c, replica)
@@ -207,6 +205,9 @@ func startDatabase(ctx context.Context, cfg config.Config, opts Options, log *sl
 }
 
 // components are the control plane's parts, built once the database is up.
+// Each gets what it needs through its constructor: the agent link gets the
+// reactions' deliveries (for a stage report that came first), the reactions
+// get the link (to send agent upgrades), the jobs get the reactions' timers.
 type components struct {
 	store    *eventstore.Store
 	cmd      *dispatch.Handler
@@ -217,8 +218,6 @@ type components struct {
 	registry *prometheus.Registry
 	api      *httpapi.API
 	link     *agentlink.Link
-	hub      *transport.Hub
-	stopHub  context.CancelFunc
 	sched    *jobs.Scheduler
 }
 
@@ -231,11 +230,6 @@ func buildComponents(ctx context.Context, cfg config.Config, opts Options, log *
 		Observe: func(command, outcome string) { commands.WithLabelValues(command, outcome).Inc() }}); err != nil {
 		return nil, err
 	}
-	if c.react, err = reactions.New(reactions.Config{Store: c.store, Commands: c.cmd, Logger: log, Now: opts.Now, Documents: projections.Document,
-		ApprovalTTL: cfg.ApprovalTTL, StallTimeout: cfg.StallTimeout,
-		Upgrades: reactions.Upgrades{Version: opts.Version, Timeout: cfg.AgentUpgradeTimeout}}); err != nil {
-		return nil, err
-	}
 	if c.proj, err = projections.New(projections.Config{Store: c.store, Keys: sealer, Logger: log, Park: opts.Park}); err != nil {
 		return nil, err
 	}
@@ -244,11 +238,14 @@ func buildComponents(ctx context.Context, cfg config.Config, opts Options, log *
 		return nil, err
 	}
 	c.waker = c.store.NewWaker(replica, projections.ProjectedChannel)
+	if err := c.connectAgents(cfg, opts, log, d, sealer, replica); err != nil {
+		return nil, err
+	}
 	c.registry = prometheus.NewRegistry()
 	c.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c.registry.MustRegister(parkedCollector{pool: d.pool})
 	c.registry.MustRegister(lagCollector{pool: d.pool}, poolCollector{pool: d.pool}, deploymentsCollector{pool: d.pool},
-		buildInfo(opts.Version), commands)
+		buildInfo(opts.Version), commands, agentsConnected(func() int { return len(c.link.Connected()) }))
 	registryAuth, err := image.ParseAuth(cfg.RegistryAuth)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", config.EnvRegistryAuth, err)
@@ -265,56 +262,45 @@ func buildComponents(ctx context.Context, cfg config.Config, opts Options, log *
 		PublicURL:   cfg.PublicURL,
 	})
 	if err != nil {
+		c.link.Close()
 		return nil, err
 	}
-	c.link, err = agentlink.New(agentlink.Config{Pool: d.pool, Commands: c.cmd, Secrets: sealer, Logger: log, Replica: replica, Now: opts.Now,
-		Changed: c.waker.Changed, Telemetry: c.tel, Binaries: opts.AgentBinaries})
-	return c, err
-}
-
-// connectAgents makes the agents' hub and joins it to the link, the
-// reactions and the jobs.
-func (c *components) connectAgents(ctx context.Context, opts Options, log *slog.Logger, d *db, replica string) error {
-	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
-	c.stopHub = stopHub
-	link := c.link
-	hub, err := transport.NewHub(hubCtx, transport.HubConfig{
-		// The access log names the server an agent's connection belongs to.
-		Authenticate: func(r *http.Request) (transport.Peer, error) {
-			p, err := link.Authenticate(r)
-			if err == nil {
-				httpapi.NotePrincipal(r.Context(), p.ServerID)
-			}
-			return p, err
-		},
-		Heads: link.Heads, Fetch: link.Fetch,
-		OnHello: link.OnHello, OnHeartbeat: link.OnHeartbeat, OnAck: link.OnAck, OnDisconnect: link.OnDisconnect,
-		OnStatus: link.OnStatus, OnLogs: link.OnLogs, OnStage: link.OnStage, OnUpgradeResult: link.UpgradeResult,
-		OnBuildReport: link.OnBuildReport, OnBuildLogs: link.OnBuildLogs,
-		Logger: log,
-	})
-	if err != nil {
-		stopHub()
-		return err
-	}
-	c.hub = hub
-	c.registry.MustRegister(agentsConnected(func() int { return len(hub.Connected()) }))
-	link.Attach(hub)
-	if opts.OnLink != nil {
-		opts.OnLink(link)
-	}
-	// Agent upgrades go out over this replica's hub; the agents' answers
-	// come back through the link.
 	react := c.react
-	react.AttachAgents(upgradeSender{link}, agentlink.ErrServerOffline, link)
-	link.OnUpgradeResult = func(ctx context.Context, serverID string, r transport.AgentUpgradeResult) {
-		react.UpgradeResult(ctx, serverID, reactions.UpgradeReport{ID: r.ID, Version: r.Version, OK: r.OK, Step: transport.StepName(r.Step), Error: r.Error})
-	}
 	c.sched, err = jobs.New(jobs.Config{Pool: d.pool, Replica: replica, Logger: log,
 		Jobs: append(backgroundJobs(c.store, d.pool, c.tel, opts.JobInterval), jobs.Job{Name: "fire-timers", Interval: time.Second,
 			Run: func(ctx context.Context) error { _, err := react.FireDue(ctx); return err }})})
 	if err != nil {
-		stopHub()
+		c.link.Close()
+	}
+	return c, err
+}
+
+// connectAgents makes the agent link (which owns the agents' hub) and the
+// reactions, in that order: the link asks the reactions' deliveries to open
+// a deployment's stream for a report that came first, and the reactions
+// send agent upgrades over the link.
+func (c *components) connectAgents(cfg config.Config, opts Options, log *slog.Logger, d *db, sealer *seal.Sealer, replica string) error {
+	reads := projections.ReadModels{}
+	deliveries, err := reactions.NewDeliveries(d.pool, c.cmd, reads)
+	if err != nil {
+		return err
+	}
+	c.link, err = agentlink.New(agentlink.Config{Pool: d.pool, Commands: c.cmd, Secrets: sealer, Logger: log, Replica: replica, Now: opts.Now,
+		Changed: c.waker.Changed, Telemetry: c.tel, Binaries: opts.AgentBinaries, Deliveries: deliveries,
+		// The access log names the server an agent's connection belongs to.
+		Authenticated: func(r *http.Request, serverID string) { httpapi.NotePrincipal(r.Context(), serverID) }})
+	if err != nil {
+		return err
+	}
+	if opts.OnLink != nil {
+		opts.OnLink(c.link)
+	}
+	c.react, err = reactions.New(reactions.Config{Store: c.store, Commands: c.cmd, Logger: log, Now: opts.Now, Documents: projections.Document,
+		Reads: reads, ApprovalTTL: cfg.ApprovalTTL, StallTimeout: cfg.StallTimeout,
+		Upgrades: reactions.Upgrades{Version: opts.Version, Timeout: cfg.AgentUpgradeTimeout,
+			Sender: upgradeSender{c.link}, Offline: agentlink.ErrServerOffline, Binaries: c.link}})
+	if err != nil {
+		c.link.Close()
 	}
 	return err
 }
@@ -330,11 +316,11 @@ func (c *components) runBackground(ctx context.Context, log *slog.Logger) func()
 		"projections": func(ctx context.Context) error { return c.proj.Run(ctx, c.waker.Subscribe()) },
 		"reactions":   func(ctx context.Context) error { return c.react.Run(ctx, c.waker.Subscribe()) },
 		"jobs":        c.sched.Run,
-		"agent-hub":   func(ctx context.Context) error { return refreshHub(ctx, c.hub, c.link, c.waker, log) },
+		"agent-hub":   func(ctx context.Context) error { return c.link.PushRevisions(ctx, c.waker) },
 		// An agent upgrade whose agent is connected to this replica goes
 		// out from here, whichever replica reacted to the request.
 		"agent-upgrades": func(ctx context.Context) error {
-			return c.react.DeliverUpgrades(ctx, connectedServers(c.hub), c.waker.Subscribe())
+			return c.react.DeliverUpgrades(ctx, c.link.Connected, c.waker.Subscribe())
 		},
 		// Each cluster's builds go to its servers connected here.
 		"agent-builds": func(ctx context.Context) error { return c.link.DeliverBuilds(ctx, c.waker.Subscribe()) },
@@ -368,7 +354,7 @@ func (c *components) handler(cfg config.Config, opts Options, log *slog.Logger, 
 		mux.Handle("GET /metrics", c.api.MetricsHandler())
 	}
 	mux.Handle("/api/", c.api.Handler())
-	mux.Handle("GET "+transport.ConnectPath, c.hub)
+	mux.HandleFunc("GET "+transport.ConnectPath, c.link.Connect)
 	mux.HandleFunc("POST "+transport.RegisterPath, c.link.Register)
 	mux.HandleFunc("GET "+transport.DownloadPath+"{file}", c.link.Download)
 	// The web console: every other path. It reaches the control plane only
@@ -443,10 +429,10 @@ func serve(ctx context.Context, cfg config.Config, opts Options, log *slog.Logge
 	defer cancel()
 	// Agents' connections are hijacked, so Shutdown does not wait for them:
 	// close them with a reason; the agents reconnect to another replica.
-	c.stopHub()
+	c.link.Close()
 	if err := srv.Shutdown(shutCtx); err != nil {
 		return fmt.Errorf("shutting down: %w", err)
 	}
-	c.hub.Wait()
+	c.link.Wait()
 	return runErr
 }

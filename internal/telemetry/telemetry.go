@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -201,19 +202,8 @@ func (s *Store) SaveLogs(ctx context.Context, src Source, l transport.Logs) erro
 	return nil
 }
 
-// LogLine is a stored line.
-type LogLine struct {
-	ID        int64     `json:"id"`
-	Time      time.Time `json:"time"`
-	Pod       string    `json:"pod"`
-	Container string    `json:"container"`
-	Release   int       `json:"release"`
-	Stream    string    `json:"stream"`
-	Text      string    `json:"text"`
-}
-
 // Logs reads a service's lines after cursor id (0: the last `limit` lines).
-func (s *Store) Logs(ctx context.Context, envID, service string, after int64, limit int) ([]LogLine, error) {
+func (s *Store) Logs(ctx context.Context, envID, service string, after int64, limit int) ([]api.LogLine, error) {
 	q := `SELECT id, ts, pod, container, release, stream, line FROM log_lines WHERE environment_id = $1 AND service = $2 AND id > $3 ORDER BY id LIMIT $4`
 	if after == 0 {
 		q = `SELECT * FROM (SELECT id, ts, pod, container, release, stream, line FROM log_lines WHERE environment_id = $1 AND service = $2 AND id > $3
@@ -223,13 +213,13 @@ func (s *Store) Logs(ctx context.Context, envID, service string, after int64, li
 	if err != nil {
 		return nil, fmt.Errorf("reading logs: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LogLine, error) {
-		var l LogLine
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.LogLine, error) {
+		var l api.LogLine
 		err := r.Scan(&l.ID, &l.Time, &l.Pod, &l.Container, &l.Release, &l.Stream, &l.Text)
 		return l, err
 	})
 	if out == nil {
-		out = []LogLine{}
+		out = []api.LogLine{}
 	}
 	return out, err
 }
@@ -276,29 +266,20 @@ func (s *Store) SaveBuildLogs(ctx context.Context, src Source, l transport.Build
 	return nil
 }
 
-// BuildLine is a stored line of a build's output.
-type BuildLine struct {
-	ID        int64     `json:"id"`
-	Time      time.Time `json:"time"`
-	Container string    `json:"container"`
-	Stream    string    `json:"stream"`
-	Text      string    `json:"text"`
-}
-
 // BuildLogs reads a build's lines after cursor id (0: from the first).
-func (s *Store) BuildLogs(ctx context.Context, buildID string, after int64, limit int) ([]BuildLine, error) {
+func (s *Store) BuildLogs(ctx context.Context, buildID string, after int64, limit int) ([]api.BuildLine, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, ts, container, stream, line FROM build_log_lines WHERE build_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
 		buildID, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading build logs: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BuildLine, error) {
-		var l BuildLine
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.BuildLine, error) {
+		var l api.BuildLine
 		err := r.Scan(&l.ID, &l.Time, &l.Container, &l.Stream, &l.Text)
 		return l, err
 	})
 	if out == nil {
-		out = []BuildLine{}
+		out = []api.BuildLine{}
 	}
 	return out, err
 }

@@ -1,0 +1,124 @@
+package agentlink
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+// The link owns the hub its agents are connected to: the hub's callbacks
+// are the link's, and every delivery to the agents (desired state, builds,
+// agent upgrades) goes through the link.
+
+func (l *Link) makeHub() error {
+	ctx, stop := context.WithCancel(context.Background())
+	hub, err := transport.NewHub(ctx, transport.HubConfig{
+		Authenticate: func(r *http.Request) (transport.Peer, error) {
+			p, err := l.Authenticate(r)
+			if err == nil && l.cfg.Authenticated != nil {
+				l.cfg.Authenticated(r, p.ServerID)
+			}
+			return p, err
+		},
+		Heads: l.Heads, Fetch: l.Fetch,
+		OnHello: l.OnHello, OnHeartbeat: l.OnHeartbeat, OnAck: l.OnAck, OnDisconnect: l.OnDisconnect,
+		OnStatus: l.OnStatus, OnLogs: l.OnLogs, OnStage: l.OnStage, OnUpgradeResult: l.UpgradeResult,
+		OnBuildReport: l.OnBuildReport, OnBuildLogs: l.OnBuildLogs,
+		Logger: l.cfg.Logger,
+	})
+	if err != nil {
+		stop()
+		return err
+	}
+	l.hub.Store(hub)
+	l.stopHub = stop
+	return nil
+}
+
+// Connect serves GET transport.ConnectPath: an agent's websocket.
+func (l *Link) Connect(w http.ResponseWriter, r *http.Request) { l.hub.Load().ServeHTTP(w, r) }
+
+// Connected lists the servers whose agents are connected to this replica.
+func (l *Link) Connected() []string {
+	peers := l.hub.Load().Connected()
+	ids := make([]string, len(peers))
+	for i, p := range peers {
+		ids[i] = p.ServerID
+	}
+	return ids
+}
+
+// Close closes the agents' connections with a reason (the agents connect
+// again, to another replica); Wait waits for them to end.
+func (l *Link) Close() { l.stopHub() }
+
+// Wait waits for the connections to end after Close.
+func (l *Link) Wait() { l.hub.Load().Wait() }
+
+// PushRevisions pushes new revisions to this replica's agents whenever
+// events or projections commit anywhere (waker), and drops agents whose
+// credential was revoked, on whichever replica it was revoked, until ctx
+// ends.
+func (l *Link) PushRevisions(ctx context.Context, waker *eventstore.Waker) error {
+	wake := waker.Subscribe()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		full := false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-tick.C:
+			full = true
+		}
+		// A notification names the revision stream and version appended to:
+		// those go straight to their clusters' agents. Everything is looked
+		// at when notifications were lost, and every few seconds anyway.
+		appended, lost := waker.TakeAppended()
+		revisions := map[string]int{}
+		clusterChanged := false
+		for _, p := range appended {
+			stream, v, ok := strings.Cut(p, "@")
+			kind, id := domain.StreamID(stream)
+			// A revoked credential is an event of its cluster's stream.
+			clusterChanged = clusterChanged || kind == "cluster"
+			if n, err := strconv.Atoi(v); ok && stream == domain.RevisionStream(id) && err == nil && n > revisions[id] {
+				revisions[id] = n
+			}
+		}
+		switch {
+		case full || lost:
+			if err := l.hub.Load().Refresh(ctx); err != nil && ctx.Err() == nil {
+				l.cfg.Logger.Warn("pushing revisions to agents", "err", err)
+			}
+		case len(revisions) > 0:
+			heads, err := l.HeadsOf(ctx, revisions)
+			if err != nil {
+				l.cfg.Logger.Warn("pushing revisions to agents", "err", err)
+				continue
+			}
+			l.hub.Load().Deliver(ctx, heads)
+		}
+		if !full && !lost && !clusterChanged {
+			continue
+		}
+		ids := l.Connected()
+		if len(ids) == 0 {
+			continue
+		}
+		revoked, err := l.Revoked(ctx, ids)
+		if err != nil {
+			continue
+		}
+		for _, id := range revoked {
+			l.hub.Load().Disconnect(id, "the server's credential was revoked")
+		}
+	}
+}
