@@ -9,11 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v2"
 
-	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/config"
 	"github.com/nebulactrl/nebulactrl/internal/database"
 	"github.com/nebulactrl/nebulactrl/projections"
@@ -178,17 +176,14 @@ Example:
 						return err
 					}
 					defer done()
-					var envID string
-					err = pool.QueryRow(c.Context, `SELECT e.id::text FROM environments e JOIN projects p ON p.id = e.project_id
-						JOIN organisations o ON o.id = p.org_id WHERE o.name = $1 AND p.name = $2 AND e.name = $3
-						ORDER BY e.deleted_at IS NULL DESC, e.created_at DESC LIMIT 1`, parts[0], parts[1], parts[2]).Scan(&envID)
-					if errors.Is(err, pgx.ErrNoRows) {
-						return fmt.Errorf("environment %s not found", c.Args().First())
-					}
+					envID, found, err := projections.EnvironmentByPath(c.Context, pool, parts[0], parts[1], parts[2])
 					if err != nil {
 						return err
 					}
-					var rev api.Revision
+					if !found {
+						return fmt.Errorf("environment %s not found", c.Args().First())
+					}
+					var rev projections.Revision
 					if at := c.Timestamp("at"); at != nil {
 						rev, err = projections.StateAt(c.Context, pool, envID, *at)
 					} else {
