@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v2"
 
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/config"
 	"github.com/nebulactrl/nebulactrl/internal/database"
 	"github.com/nebulactrl/nebulactrl/projections"
@@ -183,7 +184,7 @@ Example:
 					if !found {
 						return fmt.Errorf("environment %s not found", c.Args().First())
 					}
-					var rev projections.Revision
+					var rev api.Revision
 					if at := c.Timestamp("at"); at != nil {
 						rev, err = projections.StateAt(c.Context, pool, envID, *at)
 					} else {
