@@ -30,8 +30,10 @@ var (
 	// streamKeepAlive is how often a quiet stream sends a comment, so that
 	// proxies keep it open and the client sees it is alive.
 	streamKeepAlive = 15 * time.Second
-	// streamRecheck is how often a stream checks that its token is still
-	// valid and still has the scope: a revoked token's stream ends.
+	// streamRecheck is how often a quiet stream checks that its token is
+	// still valid and still has the scope, so that a revoked token's stream
+	// ends even when it has nothing to send. A stream with something to send
+	// checks first, every time (sse.guard): access ends at once.
 	streamRecheck = 30 * time.Second
 )
 
@@ -47,7 +49,17 @@ type sse struct {
 	w   http.ResponseWriter
 	rc  *http.ResponseController
 	buf bytes.Buffer
+	// guard checks that the stream's principal may still read it; it runs
+	// before the first event after each wake, so that nothing is delivered
+	// once access is gone (revoked, removed, signed out, role lowered), on
+	// whichever replica the stream is: what was read after the change was
+	// committed is read after the change, and the check sees it too.
+	guard   func() error
+	guarded bool
 }
+
+// errAccessEnded ends a stream whose principal lost access.
+var errAccessEnded = errors.New("access ended")
 
 // startStream answers 200 with the stream's headers and flushes them, so
 // the client knows the stream is open before the first event.
@@ -78,7 +90,15 @@ func (s *sse) flush() error {
 }
 
 // event sends one event; id "" sends none (the client's last event id stays).
+// It fails, and the stream ends, when the guard finds access gone.
 func (s *sse) event(name, id string, data any) error {
+	if s.guard != nil && !s.guarded {
+		if err := s.guard(); err != nil {
+			_ = s.comment("the stream ends: " + toAPIError(err).message)
+			return errAccessEnded
+		}
+		s.guarded = true
+	}
 	b, err := json.Marshal(data)
 	if err != nil {
 		return err
@@ -128,6 +148,11 @@ func (a *API) follow(ctx context.Context, r *http.Request, rt *route, s *sse, st
 	defer keepAlive.Stop()
 	recheck := time.NewTicker(streamRecheck)
 	defer recheck.Stop()
+	// The request was authenticated just now: the first step sends without
+	// checking again; every later one checks before it sends.
+	s.guard = func() error { return a.stillAllowed(r, rt) }
+	s.guarded = true
+	defer func() { s.guard = nil }()
 	for {
 		// Take the notification channel before reading, so that a commit
 		// between the read and the wait is not missed.
@@ -167,6 +192,7 @@ func (a *API) follow(ctx context.Context, r *http.Request, rt *route, s *sse, st
 			}
 		}
 		poll.Stop()
+		s.guarded = false
 	}
 }
 
