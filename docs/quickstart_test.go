@@ -2,16 +2,13 @@ package docs_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
-	"log"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,10 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,7 +26,9 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/desiredstate"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/lockedbuf"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 )
 
@@ -100,12 +95,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	bin := filepath.Join(dir, "bin")
 	build(t, bin, "nebula", "nebulactrl-agent")
 
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(reg.Close)
-	host := strings.TrimPrefix(reg.URL, "http://")
-	for _, repo := range []string{"api:1", "worker:1", "postgres:16"} {
-		push(t, host, repo)
-	}
+	host := registrytest.Start(t, "api:1", "worker:1", "postgres:16")
 
 	addr, metricsAddr := freeAddr(t), freeAddr(t)
 	url := "http://" + addr
@@ -202,15 +192,6 @@ func build(t *testing.T, dir string, cmds ...string) {
 	}
 }
 
-func push(t *testing.T, host, repo string) {
-	t.Helper()
-	img, err := random.Image(128, 1)
-	require.NoError(t, err)
-	ref, err := name.ParseReference(host+"/"+repo, name.Insecure)
-	require.NoError(t, err)
-	require.NoError(t, remote.Write(ref, img))
-}
-
 // freeAddr returns a free loopback address for nebula serve to listen on.
 // The port is below Linux's ephemeral range (32768-60999): a port the
 // kernel handed out for :0 and that the test closed again can be taken by
@@ -243,27 +224,9 @@ func httpGet(t *testing.T, url string) string {
 	return string(b)
 }
 
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type serveProcess struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *lockedbuf.Buffer
 	done chan error
 	once sync.Once
 }
@@ -309,7 +272,7 @@ func startServe(t *testing.T, bin, envFile string, env []string) *serveProcess {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, "nebula"), "--env-file", envFile, "serve")
 	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + filepath.Dir(envFile)}, env...)
-	s := &serveProcess{cmd: cmd, out: &lockedBuffer{}, done: make(chan error, 1)}
+	s := &serveProcess{cmd: cmd, out: &lockedbuf.Buffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	require.NoError(t, cmd.Start())
 	go func() { s.done <- cmd.Wait() }()
@@ -363,7 +326,7 @@ func runLine(t *testing.T, line string, env []string, password string) (string, 
 	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", line)
 	cmd.Env = env
 	cmd.Stdin = slave
-	var stdout lockedBuffer
+	var stdout lockedbuf.Buffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
@@ -463,7 +426,7 @@ func startAgentAsItsPod(t *testing.T, k *k8stest.Cluster, bin, dir string) {
 	cmd := exec.Command(filepath.Join(bin, "nebulactrl-agent"), args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + agentDir, "POD_NAME=" + pod, "POD_NAMESPACE=" + agentinstall.AgentNamespace,
 		"SERVICE_ACCOUNT=" + agentinstall.AgentName}
-	out := &lockedBuffer{}
+	out := &lockedbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
 	done := make(chan struct{})

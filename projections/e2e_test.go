@@ -25,9 +25,11 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // clock is an injected clock that moves one minute per reading: the same as
 // testclock.Stepping(start, time.Minute), which new tests use. It stays
-// because tamper_test.go builds a bundle with &clock{t: ...}; once that line
-// is testclock.Stepping(time.Now(), time.Minute), bundle.clock becomes a
-// *testclock.Clock and this type goes.
+// because two other files reach into it: tamper_test.go builds a bundle with
+// &clock{t: ...} (testclock.Stepping(time.Now(), time.Minute)), and
+// changeset_schema_test.go sets c.t under c.mu (testclock's Set(d.At -
+// a minute), after which the next reading is d.At, as now). Once both do,
+// bundle.clock becomes a *testclock.Clock and this type goes.
 type clock struct {
 	mu sync.Mutex
 	t  time.Time

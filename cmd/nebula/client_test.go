@@ -105,10 +105,6 @@ func runAudit(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	return app.RunContext(ctx, args)
 }
 
-// startRegistry is registrytest.Start: a registry holding api:v1. It stays
-// for shape_test.go, watch_test.go and foureyes_test.go, which call it.
-func startRegistry(t *testing.T) string { return registrytest.Start(t) }
-
 // cliBundle is what a command-line test starts from (setup): a home of its own,
 // a registry holding api:v1, a control plane that may pull from it, and the
 // runner of the commands.
@@ -129,7 +125,7 @@ func setup(t *testing.T) *cliBundle {
 	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "config"))
 	t.Setenv(envURL, "")
 	t.Setenv(envToken, "")
-	regHost := startRegistry(t)
+	regHost := registrytest.Start(t)
 	return &cliBundle{home: home, regHost: regHost, srv: servertest.Start(t, servertest.Options{Insecure: []string{regHost}}), c: cliRun{t: t}}
 }
 
@@ -432,7 +428,7 @@ func TestClientCommands(t *testing.T) {
 	// --follow prints what happens after it started, until interrupted.
 	auditPollInterval = 100 * time.Millisecond
 	ctx, cancel := context.WithCancel(t.Context())
-	followOut := &lockedBuffer{}
+	followOut := &lockedbuf.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- runAudit(ctx, []string{"nebula", "audit", "--org", "acme", "--follow", "--action", "project.*"}, strings.NewReader(""), followOut, io.Discard)
@@ -511,6 +507,3 @@ func TestClientCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 }
-
-// lockedBuffer is lockedbuf.Buffer, by the name watch_test.go uses.
-type lockedBuffer = lockedbuf.Buffer

@@ -1,29 +1,24 @@
 package main
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
 // Deleting a service that runs in a protected environment, the environment
 // or its project waits for someone else's approval; the CLI says so, how to
 // approve it, and exits with the waiting-for-approval code.
 func TestDeletesOfProtectedThingsWaitForApproval(t *testing.T) {
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "config"))
-	regHost := startRegistry(t)
-	srv := servertest.Start(t, servertest.Options{Insecure: []string{regHost}})
+	b := setup(t)
+	regHost, srv := b.regHost, b.srv
 	token := srv.Setup(t, "ada@example.com", "acme")
 	t.Setenv(envURL, srv.URL)
 	t.Setenv(envToken, token)
-	c := cliRun{t: t}
+	c := b.c
 	c.ok("cluster", "create", "acme/eu-1")
 	c.ok("project", "create", "acme/shop")
 	c.ok("env", "create", "acme/shop/production", "--cluster", "eu-1", "--protected")

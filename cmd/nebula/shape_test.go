@@ -18,7 +18,6 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -94,16 +93,10 @@ func decodeJSON(t *testing.T, out string) any {
 // around it: output flags anywhere, YAML, one shape for deploy whatever the
 // environment, exit codes, confirmation on a terminal, named contexts.
 func TestReadCommandShapes(t *testing.T) {
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "config"))
-	t.Setenv(envURL, "")
-	t.Setenv(envToken, "")
+	bundle := setup(t)
 	t.Setenv(envContext, "")
-	regHost := startRegistry(t)
-	srv := servertest.Start(t, servertest.Options{Insecure: []string{regHost}})
+	regHost, srv, c := bundle.regHost, bundle.srv, bundle.c
 	adaToken := srv.Setup(t, "ada@example.com", "acme")
-	c := cliRun{t: t}
 	c.ok("login", "--url", srv.URL, "--token", adaToken, "--context", "main")
 
 	dir := filepath.Join("testdata", "json")

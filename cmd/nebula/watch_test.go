@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -23,18 +22,18 @@ import (
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
-	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/lockedbuf"
 )
 
 // running is a nebula command running in the background.
 type running struct {
-	out, errb *lockedBuffer
+	out, errb *lockedbuf.Buffer
 	done      chan error
 }
 
 func (c cliRun) start(args ...string) *running {
 	c.t.Helper()
-	r := &running{out: &lockedBuffer{}, errb: &lockedBuffer{}, done: make(chan error, 1)}
+	r := &running{out: &lockedbuf.Buffer{}, errb: &lockedbuf.Buffer{}, done: make(chan error, 1)}
 	go func() {
 		err := run(c.t.Context(), append([]string{"nebula"}, args...), strings.NewReader(""), r.out, r.errb)
 		if err != nil {
@@ -101,15 +100,12 @@ func (s stages) report(id string, stage domain.DeploymentStatus, ready, desired 
 // stages an agent would report issued as commands: the exit code says how
 // each ended, and piped output is plain lines, one per stage.
 func TestWaitForDeployments(t *testing.T) {
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "config"))
-	regHost := startRegistry(t)
-	srv := servertest.Start(t, servertest.Options{Insecure: []string{regHost}})
+	b := setup(t)
+	regHost, srv := b.regHost, b.srv
 	token := srv.Setup(t, "ada@example.com", "acme")
 	t.Setenv(envURL, srv.URL)
 	t.Setenv(envToken, token)
-	c := cliRun{t: t}
+	c := b.c
 	image := regHost + "/api:v1"
 	c.ok("cluster", "create", "acme/eu-1")
 	c.ok("project", "create", "acme/shop")
@@ -257,11 +253,8 @@ func TestWaitForDeployments(t *testing.T) {
 // A watch resumes after a lost connection with Last-Event-ID: every stage
 // is printed once.
 func TestWatchResumesAfterALostConnection(t *testing.T) {
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "config"))
-	regHost := startRegistry(t)
-	srv := servertest.Start(t, servertest.Options{Insecure: []string{regHost}})
+	b := setup(t)
+	regHost, srv := b.regHost, b.srv
 	token := srv.Setup(t, "ada@example.com", "acme")
 	// A proxy that cuts every event stream after its first stage event.
 	backend, err := url.Parse(srv.URL)
@@ -284,7 +277,7 @@ func TestWatchResumesAfterALostConnection(t *testing.T) {
 	t.Cleanup(proxy.Close)
 	t.Setenv(envURL, proxy.URL)
 	t.Setenv(envToken, token)
-	c := cliRun{t: t}
+	c := b.c
 	c.ok("cluster", "create", "acme/eu-1")
 	c.ok("project", "create", "acme/shop")
 	c.ok("env", "create", "acme/shop/staging", "--cluster", "eu-1")

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/lockedbuf"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
@@ -180,7 +181,7 @@ func isStream(resp *http.Response) bool {
 
 // readFor reads a body for at most d, then cancels the request.
 func readFor(body io.Reader, cancel func(), d time.Duration) []byte {
-	var buf lockedBytes
+	var buf lockedbuf.Buffer
 	done := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(&buf, body)
@@ -192,24 +193,7 @@ func readFor(body io.Reader, cancel func(), d time.Duration) []byte {
 		cancel()
 		<-done
 	}
-	return buf.bytes()
-}
-
-type lockedBytes struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBytes) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBytes) bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]byte(nil), l.b.Bytes()...)
+	return []byte(buf.String())
 }
 
 // sseEvent is one server-sent event as a client parses it.

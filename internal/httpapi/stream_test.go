@@ -21,6 +21,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -39,12 +40,9 @@ type rollout struct {
 	cmd     *dispatch.Handler
 }
 
-// startRegistry is an in-process registry holding api:v1.
-func startRegistry(t *testing.T) string { return servertest.Registry(t) }
-
 func newRollout(t *testing.T) *rollout {
 	t.Helper()
-	host := startRegistry(t)
+	host := registrytest.Start(t)
 	r := &rollout{t: t, srv: servertest.Start(t, servertest.Options{Insecure: []string{host}}), image: host + "/api:v1"}
 	r.c = newClient(t, r.srv)
 	r.root = r.srv.Setup(t, "root@example.com", "acme")

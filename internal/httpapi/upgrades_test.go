@@ -15,6 +15,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/agentbin"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -25,25 +26,6 @@ import (
 // sees of it (a result frame, a restart with another version, facts after a
 // rollback). Real agent binaries replacing themselves are tested with the
 // agent (package agent, cmd/nebulactrl-agent).
-
-// upgradeClock is the injected clock of the control plane: real time plus
-// an offset the test moves forward.
-type upgradeClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *upgradeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *upgradeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.offset += d
-	c.mu.Unlock()
-}
 
 // fakeBinaries writes agent "binaries" for both architectures the control
 // plane serves (their bytes only matter for their SHA-256 here).
@@ -187,12 +169,14 @@ type upgradeWorld struct {
 	c     *client
 	root  string
 	join  string
-	clock *upgradeClock
+	clock *testclock.Offset
 }
 
 func newUpgradeWorld(t *testing.T, binaries bool) *upgradeWorld {
 	t.Helper()
-	w := &upgradeWorld{clock: &upgradeClock{}}
+	// The control plane's injected clock: real time plus an offset the test
+	// moves forward.
+	w := &upgradeWorld{clock: &testclock.Offset{}}
 	opts := servertest.Options{Version: "1.5.0", Now: w.clock.Now, JobInterval: 200 * time.Millisecond}
 	if binaries {
 		opts.AgentBinaries = fakeBinaries(t)
