@@ -64,4 +64,9 @@ type Server struct {
 	Skew          string       `json:"skew"`
 	CannotUpgrade string       `json:"cannotUpgrade"`
 	LastUpgrade   *LastUpgrade `json:"lastUpgrade,omitempty"`
+	// Arch is the architecture its agent last reported ("" before it first
+	// connected); NoAgentBinary says the control plane carries no agent
+	// binary for it, so that an upgrade is refused with no_agent_binary.
+	Arch          string `json:"arch,omitempty"`
+	NoAgentBinary bool   `json:"noAgentBinary,omitempty"`
 }

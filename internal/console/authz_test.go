@@ -78,6 +78,7 @@ func TestConsoleAuthorisationMatrix(t *testing.T) {
 		{"POST /o/{org}/clusters", "/o/acme/clusters", url.Values{"name": {""}}, domain.ScopeServersWrite},
 		{"POST /o/{org}/clusters/{cluster}/join-tokens", "/o/acme/clusters/eu-1/join-tokens", nil, domain.ScopeServersWrite},
 		{"GET /o/{org}/servers", "/o/acme/servers", nil, domain.ScopeServersRead},
+		{"GET /o/{org}/servers/{server}", "/o/acme/servers/" + reg.ServerID, nil, domain.ScopeServersRead},
 		{"POST /o/{org}/servers/upgrade", "/o/acme/servers/upgrade", nil, domain.ScopeServersWrite},
 		{"POST /o/{org}/servers/{server}/upgrade", "/o/acme/servers/" + reg.ServerID + "/upgrade", nil, domain.ScopeServersWrite},
 		{"GET /o/{org}/p/{project}", "/o/acme/p/shop", nil, domain.ScopeProjectsRead},

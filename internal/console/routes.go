@@ -46,6 +46,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST "+o+"/clusters", c.authed(c.createCluster))
 	m.HandleFunc("POST "+o+"/clusters/{cluster}/join-tokens", c.authed(c.createJoinToken))
 	m.HandleFunc("GET "+o+"/servers", c.authed(c.serversPage))
+	m.HandleFunc("GET "+o+"/servers/{server}", c.authed(c.serverPage))
 	m.HandleFunc("POST "+o+"/servers/upgrade", c.authed(c.upgradeAll))
 	m.HandleFunc("POST "+o+"/servers/{server}/upgrade", c.authed(c.upgradeOne))
 

@@ -11,6 +11,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/internal/reactions"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -147,7 +148,25 @@ func (a *API) revokeJoinToken(w http.ResponseWriter, r *http.Request, c *call) (
 
 func (a *API) listServers(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
 	s, err := query.Servers(r.Context(), a.pool, c.cluster.ID)
-	return http.StatusOK, query.WithSkew(s, a.cfg.Version), err
+	if err != nil {
+		return 0, nil, err
+	}
+	// Each agent's architecture, and whether there is a binary for it: what
+	// an upgrade needs, so that a client offers it only where it would work.
+	standing, err := query.ServerUpgrades(r.Context(), a.pool, c.cluster.OrgID, a.cfg.Version)
+	if err != nil {
+		return 0, nil, err
+	}
+	arch := map[string]string{}
+	for _, u := range standing {
+		arch[u.ID] = u.Arch
+	}
+	binaries := reactions.BinaryHashes(a.agentBinaries())
+	for i := range s {
+		s[i].Arch = arch[s[i].ID]
+		s[i].NoAgentBinary = binaries[s[i].Arch] == ""
+	}
+	return http.StatusOK, query.WithSkew(s, a.cfg.Version), nil
 }
 
 func (a *API) nodes(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {

@@ -108,7 +108,7 @@ func (a *API) routeTable() []route {
 			request: api.JoinTokenRequest{}, response: api.CreatedJoinToken{}, status: created, creating: true, handle: a.createJoinToken},
 		{method: "GET", path: clusterPath + "/join-tokens/{token}", tag: "clusters", summary: "A join token (never its secret)", scope: srvRead, response: api.JoinToken{}, status: ok, handle: a.getJoinToken},
 		{method: "DELETE", path: clusterPath + "/join-tokens/{token}", tag: "clusters", summary: "Revoke a join token", scope: srvWrit, status: none, handle: a.revokeJoinToken},
-		{method: "GET", path: clusterPath + "/servers", tag: "clusters", summary: "Servers (agent installations) of a cluster", scope: srvRead, response: []api.Server{}, status: ok, handle: a.listServers},
+		{method: "GET", path: clusterPath + "/servers", tag: "clusters", summary: "Servers (agent installations) of a cluster: each agent's version, skew, architecture, whether the control plane carries a binary for it (noAgentBinary), why it cannot upgrade itself and its last upgrade", scope: srvRead, response: []api.Server{}, status: ok, handle: a.listServers},
 		{method: "DELETE", path: clusterPath + "/servers/{server}", tag: "clusters", summary: "Revoke a server's credential: its agent is disconnected at once and refused afterwards", scope: srvWrit, status: none, handle: a.revokeServer},
 
 		{method: "GET", path: orgPath + "/projects", tag: "projects", summary: "Projects", scope: read, response: []api.Project{}, status: ok, handle: a.listProjects},
