@@ -94,47 +94,73 @@ func PruneIdempotencyKeys(ctx context.Context, q eventstore.Querier) ([]string, 
 	return out, nil
 }
 
-// CountLoginAttempts counts one sign-in attempt on each of the counters
-// (of the window starting at window) and returns each counter's count.
-func CountLoginAttempts(ctx context.Context, q eventstore.Querier, window time.Time, pair, address string) (map[string]int, error) {
-	rows, err := q.Query(ctx, `INSERT INTO login_attempts (key, window_start, attempts) VALUES ($1, $3, 1), ($2, $3, 1)
-		ON CONFLICT (key, window_start) DO UPDATE SET attempts = login_attempts.attempts + 1 RETURNING key, attempts`,
-		pair, address, window)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
+// Throttle is one key of the sign-in throttle with its limit: at most
+// Limit counted attempts in any Window (a sliding window: the key's row
+// keeps the times of its attempts younger than the window).
+type Throttle struct {
+	Key    string
+	Limit  int
+	Window time.Duration
+}
+
+// TakeLoginAttempt counts one attempt on each throttle, at now. It returns
+// 0 when every throttle allowed it, else how long until the one that refused
+// allows an attempt again: until its oldest counted attempt is Window old
+// (nothing is counted then, on any of them).
+func TakeLoginAttempt(ctx context.Context, q eventstore.Querier, now time.Time, throttles ...Throttle) (time.Duration, error) {
+	for i, th := range throttles {
+		since := now.Add(-th.Window)
 		var key string
-		var n int
-		if err := rows.Scan(&key, &n); err != nil {
-			return nil, err
+		err := q.QueryRow(ctx, `INSERT INTO login_throttle AS t (key, attempts) VALUES ($1, ARRAY[$2::timestamptz])
+			ON CONFLICT (key) DO UPDATE SET attempts = ARRAY(SELECT a FROM unnest(t.attempts) a WHERE a > $3 ORDER BY a) || $2::timestamptz
+			WHERE (SELECT count(*) FROM unnest(t.attempts) a WHERE a > $3) < $4 RETURNING key`,
+			th.Key, now, since, th.Limit).Scan(&key)
+		if err == nil {
+			continue
 		}
-		out[key] = n
+		if err != pgx.ErrNoRows {
+			return 0, err
+		}
+		// Refused: give back what the others counted, and say when.
+		if err := refund(ctx, q, throttles[:i]...); err != nil {
+			return 0, err
+		}
+		var oldest time.Time
+		if err := q.QueryRow(ctx, `SELECT min(a) FROM login_throttle, unnest(attempts) a WHERE key = $1 AND a > $2`, th.Key, since).Scan(&oldest); err != nil {
+			return 0, err
+		}
+		return max(time.Second, oldest.Add(th.Window).Sub(now)), nil
 	}
-	return out, rows.Err()
+	return 0, nil
 }
 
-// LoginSucceeded takes a successful attempt back: the pair's counter starts
-// again, and the address's counts one attempt less.
-func LoginSucceeded(ctx context.Context, q eventstore.Querier, window time.Time, pair, address string) error {
-	_, err := q.Exec(ctx, `WITH p AS (DELETE FROM login_attempts WHERE key = $1 AND window_start = $3)
-			UPDATE login_attempts SET attempts = attempts - 1 WHERE key = $2 AND window_start = $3 AND attempts > 0`, pair, address, window)
-	return err
+// GiveBackLoginAttempt uncounts an attempt that was never checked (the
+// password was not compared) from each throttle: its latest attempt.
+func GiveBackLoginAttempt(ctx context.Context, q eventstore.Querier, throttles ...Throttle) error {
+	return refund(ctx, q, throttles...)
 }
 
-// UncountLoginAttempt takes back an attempt that was never checked: both
-// counters count one attempt less.
-func UncountLoginAttempt(ctx context.Context, q eventstore.Querier, window time.Time, pair, address string) error {
-	_, err := q.Exec(ctx, `UPDATE login_attempts SET attempts = attempts - 1 WHERE key IN ($1, $2) AND window_start = $3 AND attempts > 0`,
-		pair, address, window)
-	return err
+// LoginSucceeded forgets the pair's attempts and uncounts the attempt from
+// the others.
+func LoginSucceeded(ctx context.Context, q eventstore.Querier, pair Throttle, others ...Throttle) error {
+	if _, err := q.Exec(ctx, `DELETE FROM login_throttle WHERE key = $1`, pair.Key); err != nil {
+		return err
+	}
+	return refund(ctx, q, others...)
 }
 
-// PruneLoginAttempts deletes the counters of windows that started more
-// than a day ago.
+func refund(ctx context.Context, q eventstore.Querier, throttles ...Throttle) error {
+	for _, th := range throttles {
+		if _, err := q.Exec(ctx, `UPDATE login_throttle SET attempts = attempts[1:cardinality(attempts) - 1] WHERE key = $1`, th.Key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PruneLoginAttempts deletes the keys with no attempt in the last day (no
+// window is longer).
 func PruneLoginAttempts(ctx context.Context, q eventstore.Querier) error {
-	_, err := q.Exec(ctx, `DELETE FROM login_attempts WHERE window_start < now() - interval '1 day'`)
+	_, err := q.Exec(ctx, `DELETE FROM login_throttle WHERE cardinality(attempts) = 0 OR attempts[cardinality(attempts)] < now() - interval '1 day'`)
 	return err
 }

@@ -6,15 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/internal/apistate"
 	"github.com/nebulactrl/nebulactrl/internal/credential"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 )
@@ -49,21 +47,16 @@ func (a *API) idempotent(w http.ResponseWriter, r *http.Request, rt route, c *ca
 	sum := sha256.Sum256(append([]byte(r.Method+" "+r.URL.RequestURI()+"\n"), c.body...))
 	bodyHash := hex.EncodeToString(sum[:])
 	principal := c.principal.UserID
-	tag, err := a.pool.Exec(ctx, `INSERT INTO idempotency_keys (principal, key, method, path, body_hash)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, principal, key, r.Method, r.URL.Path, bodyHash)
+	claimed, err := apistate.ClaimIdempotencyKey(ctx, a.pool, principal, key, r.Method, r.URL.Path, bodyHash)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	if tag.RowsAffected() == 0 {
-		var storedHash string
-		var status *int
-		var response []byte
-		var responseKey *string
-		err := a.pool.QueryRow(ctx, `SELECT body_hash, status, response, response_key::text FROM idempotency_keys WHERE principal = $1 AND key = $2`,
-			principal, key).Scan(&storedHash, &status, &response, &responseKey)
+	if !claimed {
+		kept, found, err := apistate.IdempotencyKey(ctx, a.pool, principal, key)
+		storedHash, status, response, responseKey := kept.BodyHash, kept.Status, kept.Response, kept.ResponseKey
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		case err == nil && !found:
 			a.writeError(w, r, errorf(http.StatusConflict, "idempotency_conflict", "the request with this Idempotency-Key is being replaced; retry"))
 		case err != nil:
 			a.writeError(w, r, err)
@@ -97,7 +90,7 @@ func (a *API) idempotent(w http.ResponseWriter, r *http.Request, rt route, c *ca
 	if err != nil {
 		ae := toAPIError(err)
 		// A failed request may be retried with the same key.
-		_, _ = a.pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE principal = $1 AND key = $2`, principal, key)
+		_ = apistate.ReleaseIdempotencyKey(ctx, a.pool, principal, key)
 		a.writeError(w, r, ae)
 		return
 	}
@@ -128,10 +121,9 @@ func (a *API) keep(ctx context.Context, principal, key, orgID string, status int
 	clear(plain)
 	if err != nil {
 		a.logger.Warn("sealing an idempotent response; a replay will answer 410", "err", err)
-		_, err = a.pool.Exec(ctx, `UPDATE idempotency_keys SET status = $3 WHERE principal = $1 AND key = $2`, principal, key, status)
+		err = apistate.KeepStatus(ctx, a.pool, principal, key, status)
 	} else {
-		_, err = a.pool.Exec(ctx, `UPDATE idempotency_keys SET status = $3, response = $4, response_key = $5::uuid WHERE principal = $1 AND key = $2`,
-			principal, key, status, sealed.Ciphertext, sealed.DataKeyID)
+		err = apistate.KeepResponse(ctx, a.pool, principal, key, status, sealed.Ciphertext, sealed.DataKeyID)
 	}
 	if err != nil {
 		a.logger.Warn("storing an idempotent response", "err", err)

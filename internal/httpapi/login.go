@@ -10,14 +10,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nebulactrl/nebulactrl/internal/apistate"
 	"golang.org/x/crypto/bcrypt"
 )
 
 // Signing in cannot be turned against the people who sign in, nor against
 // the rest of the API:
 //
-//   - Failed attempts are counted per (e-mail address, client address) and
-//     per client address, in PostgreSQL so that every replica shares them.
+//   - Failed attempts are throttled per (e-mail address, client address) and
+//     per client address, in PostgreSQL so that every replica shares them:
+//     a sliding window (at most LoginLimit counted attempts in any
+//     LoginWindow), so that no window boundary lets more guesses through,
+//     and a refused client may try again when its oldest counted attempt
+//     leaves the window.
 //     Someone who fails ten times for an address locks out only themselves
 //     (from where they are): the right password from anywhere else still
 //     signs in. A successful sign-in does not count, and it clears the
@@ -129,60 +134,38 @@ func clientAddress(r *http.Request) string {
 	return host
 }
 
-// loginKeys are the counters an attempt for email from client counts on.
-func loginKeys(email, client string) (pair, address string) {
-	return "pair:" + client + " " + email, "client:" + client
+// loginThrottles are the throttles an attempt for email from client takes
+// from: the pair's (LoginLimit per LoginWindow) and the client address's
+// (ten times as many).
+func (a *API) loginThrottles(email, client string) (pair, address apistate.Throttle) {
+	return apistate.Throttle{Key: "pair:" + client + " " + email, Limit: a.cfg.LoginLimit, Window: a.cfg.LoginWindow},
+		apistate.Throttle{Key: "client:" + client, Limit: 10 * a.cfg.LoginLimit, Window: a.cfg.LoginWindow}
 }
 
-// countLoginAttempt counts an attempt, and refuses it with 429 when its pair
-// or its client address is over the limit of the current window.
+// countLoginAttempt counts an attempt on its pair's and its client
+// address's throttles, and refuses it with 429 when either is at its limit,
+// saying when the next one is allowed.
 func (a *API) countLoginAttempt(ctx context.Context, email, client string) error {
-	window := a.cfg.Now().Truncate(a.cfg.LoginWindow)
-	pair, address := loginKeys(email, client)
-	rows, err := a.pool.Query(ctx, `INSERT INTO login_attempts (key, window_start, attempts) VALUES ($1, $3, 1), ($2, $3, 1)
-		ON CONFLICT (key, window_start) DO UPDATE SET attempts = login_attempts.attempts + 1 RETURNING key, attempts`,
-		pair, address, window)
-	if err != nil {
+	pair, address := a.loginThrottles(email, client)
+	wait, err := apistate.TakeLoginAttempt(ctx, a.pool, a.cfg.Now(), pair, address)
+	if err != nil || wait == 0 {
 		return err
 	}
-	over := false
-	for rows.Next() {
-		var key string
-		var n int
-		if err := rows.Scan(&key, &n); err != nil {
-			rows.Close()
-			return err
-		}
-		limit := a.cfg.LoginLimit
-		if key == address {
-			limit *= 10
-		}
-		over = over || n > limit
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if !over {
-		return nil
-	}
-	wait := window.Add(a.cfg.LoginWindow).Sub(a.cfg.Now())
 	secs := max(1, int(math.Ceil(wait.Seconds())))
 	return &apiError{status: http.StatusTooManyRequests, code: "rate_limited", retryAfter: secs,
 		message: "too many failed sign-in attempts from this address; try again in " + (time.Duration(secs) * time.Second).String()}
 }
 
 // uncountLoginAttempt takes back an attempt that was not a failure: the
-// password was right (the pair's count starts again), or it was never checked.
+// password was right (the pair's throttle is full again), or it was never
+// checked.
 func (a *API) uncountLoginAttempt(ctx context.Context, email, client string, succeeded bool) {
-	window := a.cfg.Now().Truncate(a.cfg.LoginWindow)
-	pair, address := loginKeys(email, client)
+	pair, address := a.loginThrottles(email, client)
 	var err error
 	if succeeded {
-		_, err = a.pool.Exec(ctx, `WITH p AS (DELETE FROM login_attempts WHERE key = $1 AND window_start = $3)
-			UPDATE login_attempts SET attempts = attempts - 1 WHERE key = $2 AND window_start = $3 AND attempts > 0`, pair, address, window)
+		err = apistate.LoginSucceeded(ctx, a.pool, pair, address)
 	} else {
-		_, err = a.pool.Exec(ctx, `UPDATE login_attempts SET attempts = attempts - 1 WHERE key IN ($1, $2) AND window_start = $3 AND attempts > 0`,
-			pair, address, window)
+		err = apistate.GiveBackLoginAttempt(ctx, a.pool, pair, address)
 	}
 	if err != nil {
 		a.logger.Warn("taking back a sign-in attempt", "err", err)

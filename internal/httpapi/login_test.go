@@ -39,9 +39,8 @@ func passwordHashes(t *testing.T, s *servertest.Server) int {
 // loopback source addresses (127.0.0.2, 127.0.0.3): the server does not
 // trust X-Forwarded-For.
 //
-// The clock is injected and stands still: attempts are counted per 15-minute
-// window, and a run that straddled a window's end (a slow machine) would
-// start counting again half-way and see 401 where 429 is due.
+// The clock is injected and stands still, so that a slow machine's run does
+// not see its first attempts leave the 15-minute window half-way.
 func TestFailedSignInsDoNotLockOutTheRightPasswordFromElsewhere(t *testing.T) {
 	t.Parallel()
 	now := time.Now().UTC()
