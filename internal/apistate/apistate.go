@@ -1,7 +1,7 @@
 // Package apistate owns the HTTP API's own tables: the idempotency keys of
 // creating requests (idempotency_keys: the key, a hash of the request and,
 // once done, the sealed response) and the sign-in throttle's counters
-// (login_attempts), with their pruning. The API calls these functions; no
+// (login_throttle), with their pruning. The API calls these functions; no
 // other package writes SQL against these tables.
 package apistate
 
