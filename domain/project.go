@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -504,6 +505,12 @@ func (p *Project) Decide(cmd ProjectCommand, m Meta) (Decision, error) {
 		cs, err := p.openChangeSetByID(c.ChangeSetID)
 		if err != nil {
 			return Decision{}, err
+		}
+		// Four eyes: a change set is decided, either way, by someone other
+		// than who opened it (a rejection is a decision, recorded as theirs);
+		// its opener's own change set expires if nobody decides it.
+		if m.Person == "" || m.Person == cs.OpenedBy {
+			return Decision{}, fmt.Errorf("%w: a change set is rejected by someone other than who opened it (it expires if nobody decides it)", ErrForbidden)
 		}
 		if err := ValidateText("reason", c.Reason, 1000); err != nil {
 			return Decision{}, err

@@ -182,6 +182,8 @@ func TestProtectedEnvironmentNeedsSomeoneElsesApproval(t *testing.T) {
 
 	_, err := p.Decide(domain.ApproveChangeSet{ChangeSetID: opened.ChangeSetID, Version: 1}, meta(alice, "c2"))
 	require.ErrorIs(t, err, domain.ErrForbidden, "nobody approves their own change")
+	_, err = p.Decide(domain.RejectChangeSet{ChangeSetID: opened.ChangeSetID, Reason: "changed my mind"}, meta(alice, "c2r"))
+	require.ErrorIs(t, err, domain.ErrForbidden, "nor rejects it: a decision, either way, is someone else's")
 
 	// A second change of the same person joins the open change set: an
 	// approval of the version before is refused.

@@ -45,6 +45,13 @@ func TestFourEyesHasNoLoopholes(t *testing.T) {
 	cs := waits("DELETE", "/api/v1/orgs/acme/projects/shop/services/api", member, nil)
 	r.must(c.do("GET", "/api/v1/orgs/acme/projects/shop/services/api", r.root, nil), 200)
 	r.must(c.do("POST", prod+"/changesets/"+cs.ID+"/approve", member, map[string]any{"version": cs.Version}), 403)
+	// Nor reject it: a decision, either way, is someone else's (the entry
+	// would read "rejected by" the person who asked).
+	code, _ := r.must(c.do("POST", prod+"/changesets/"+cs.ID+"/reject", member, map[string]any{"reason": "never mind"}), 403).errorCode(t)
+	require.Equal(t, "forbidden", code)
+	var still api.ChangeSet
+	r.must(c.do("GET", prod+"/changesets/"+cs.ID, r.root, nil), 200).json(t, &still)
+	require.Equal(t, "open", still.Status, "a refused rejection changes nothing")
 	r.must(c.do("POST", prod+"/changesets/"+cs.ID+"/reject", admin, map[string]any{"reason": "keep it"}), 200)
 
 	// The whole project: waits too.
