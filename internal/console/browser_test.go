@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/internal/agentbin"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
@@ -44,9 +45,6 @@ func chromiumPath(t *testing.T) string {
 	t.Fatal("chromium is not installed: run `go tool task deps` (scripts/ensure-chromium.sh)")
 	return ""
 }
-
-// startRegistry is an in-process registry holding api:v1.
-func startRegistry(t *testing.T) string { return servertest.Registry(t) }
 
 // apiCall is a plain API request, for what the test sets up outside the
 // browser (users) and checks behind it.
@@ -328,7 +326,7 @@ func startBrowser(t *testing.T, chrome, base, shots string) *browser {
 func TestConsoleInChromium(t *testing.T) {
 	chrome := chromiumPath(t)
 	shots := screenshots(t)
-	regHost := startRegistry(t)
+	regHost := registrytest.Start(t)
 	bins := t.TempDir()
 	for _, arch := range agentbin.Arches {
 		require.NoError(t, os.WriteFile(filepath.Join(bins, agentbin.FileName(arch)), []byte("agent 1.5.0 for "+arch), 0o600))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
@@ -17,7 +18,7 @@ import (
 // blocker, and a held service with its reason; the overview lists the
 // organisation's deployments in progress (from the API's list of them).
 func TestProjectMatrixAndOverview(t *testing.T) {
-	regHost := startRegistry(t)
+	regHost := registrytest.Start(t)
 	srv := servertest.Start(t, servertest.Options{Insecure: []string{regHost}})
 	admin := srv.Setup(t, "ada@example.com", "acme")
 	shop := srv.URL + "/api/v1/orgs/acme/projects/shop"
