@@ -45,8 +45,8 @@ type InstanceUpgrade struct {
 	AgentAutoUpgrade bool            `json:"agentAutoUpgrade"`
 	Servers          []ServerUpgrade `json:"servers"`
 	// PreUpgradeBackup is the outcome of the last backup taken before a
-	// schema migration (absent when none was taken).
-	PreUpgradeBackup *PreUpgradeBackup `json:"preUpgradeBackup,omitempty"`
+	// schema migration (null when none was taken).
+	PreUpgradeBackup *PreUpgradeBackup `json:"preUpgradeBackup" nullable:"true"`
 }
 
 // LastUpgrade is a server's last agent upgrade: in progress, succeeded,

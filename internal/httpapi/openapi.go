@@ -135,7 +135,47 @@ func (a *API) OpenAPI() (*openapi3.T, error) {
 		}
 		doc.AddOperation(rt.path, rt.method, op)
 	}
+	nullable := map[string][]string{}
+	seen := map[reflect.Type]bool{}
+	for _, rt := range a.routes {
+		for _, v := range []any{rt.request, rt.response, rt.accepted} {
+			if v != nil {
+				nullableFields(reflect.TypeOf(v), nullable, seen)
+			}
+		}
+	}
+	for name, props := range nullable {
+		c, ok := doc.Components.Schemas[name]
+		if !ok || c.Value == nil {
+			continue
+		}
+		for _, p := range props {
+			if ref := c.Value.Properties[p]; ref != nil && ref.Ref != "" {
+				// A reference cannot be null itself (OpenAPI 3.0): allOf it.
+				c.Value.Properties[p] = &openapi3.SchemaRef{Value: &openapi3.Schema{Type: &openapi3.Types{openapi3.TypeObject}, AllOf: openapi3.SchemaRefs{{Ref: ref.Ref}}, Nullable: true}}
+			}
+		}
+	}
 	return doc, nil
+}
+
+// nullableFields finds the struct fields tagged nullable:"true" in t and
+// the types it holds, by the schema name of their struct and their JSON
+// name.
+func nullableFields(t reflect.Type, out map[string][]string, seen map[reflect.Type]bool) {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || seen[t] {
+		return
+	}
+	seen[t] = true
+	for f := range t.Fields() {
+		if f.Tag.Get("nullable") == "true" {
+			out[t.Name()] = append(out[t.Name()], strings.Split(f.Tag.Get("json"), ",")[0])
+		}
+		nullableFields(f.Type, out, seen)
+	}
 }
 
 // License is the license the document names: NebulaCtrl's source carries
@@ -156,6 +196,10 @@ const inputRules = "Request bodies are application/json (other media types: 415)
 
 // documentInputRule shows a string field's bound as its maxLength.
 func documentInputRule(_ string, t reflect.Type, tag reflect.StructTag, schema *openapi3.Schema) error {
+	// A field tagged nullable:"true" is sent as null when it has no value.
+	if tag.Get("nullable") == "true" {
+		schema.Nullable = true
+	}
 	rule, ok := tag.Lookup("input")
 	if !ok || t.Kind() != reflect.String {
 		return nil
