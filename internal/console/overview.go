@@ -64,7 +64,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	if v.Can(string(domain.ScopeAuditRead)) {
 		d.CanAudit = true
 		var page api.AuditPage
-		if _, err := c.call(r, s.token, "GET", apiPath(r, "/audit?limit=10"), nil, &page); err != nil {
+		if _, err := c.call(r, s.token, "GET", apiPath(r, "/audit?limit=10&order=newest"), nil, &page); err != nil {
 			c.fail(w, r, s, err)
 			return
 		}

@@ -457,6 +457,13 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request, c *call) (int, any, 
 		return 0, nil, err
 	}
 	f.Limit, f.After = limit, after
+	switch r.URL.Query().Get("order") {
+	case "", "oldest":
+	case "newest":
+		f.Newest = true
+	default:
+		return 0, nil, badRequest("query parameter order must be oldest or newest")
+	}
 	rows, next, err := query.Audit(r.Context(), a.pool, f)
 	if err != nil {
 		return 0, nil, err

@@ -238,5 +238,6 @@ func auditParams() []param {
 		{"until", "RFC 3339 time", "string"},
 		{"cursor", "next of the previous page (absent on the last page)", "string"},
 		{"limit", "rows per page (1-1000)", "integer"},
+		{"order", "oldest (the default) or newest first (the cursor then goes back in time)", "string"},
 	}
 }

@@ -50,8 +50,11 @@ type AuditFilter struct {
 	EnvironmentID string
 	// Since is inclusive, Until exclusive.
 	Since, Until *time.Time
-	// After is the cursor: only entries with a seq strictly greater.
+	// After is the cursor: only entries with a seq strictly greater (with
+	// Newest, strictly smaller).
 	After int64
+	// Newest lists the latest entries first.
+	Newest bool
 	// Limit is the page size: DefaultLimit when 0 or less, at most MaxLimit.
 	Limit int
 }
@@ -66,7 +69,16 @@ func Audit(ctx context.Context, q eventstore.Querier, f AuditFilter) (rows []api
 	}
 	limit := clampLimit(f.Limit)
 	var w where
-	w.add("seq > %s", f.After)
+	order := "seq"
+	switch {
+	case f.Newest:
+		order = "seq DESC"
+		if f.After > 0 {
+			w.add("seq < %s", f.After)
+		}
+	default:
+		w.add("seq > %s", f.After)
+	}
 	if f.OrgID != "" {
 		w.add("org_id = %s", f.OrgID)
 	}
@@ -106,7 +118,7 @@ func Audit(ctx context.Context, q eventstore.Querier, f AuditFilter) (rows []api
 		return e, err
 	}, `SELECT seq, position, coalesce(org_id::text, ''), actor_kind, actor_id, actor_name, action,
 	           target_kind, target_id, target, detail, occurred_at, request_id, hash
-	      FROM audit_log WHERE `+w.sql()+` ORDER BY seq LIMIT `+lim, w.args...)
+	      FROM audit_log WHERE `+w.sql()+` ORDER BY `+order+` LIMIT `+lim, w.args...)
 	if err != nil {
 		return nil, 0, err
 	}
