@@ -162,9 +162,7 @@ func TestRecordedSchema1ChangeSetsProjectDecideAndReplayAsBefore(t *testing.T) {
 			var decisions []recordedDecision
 
 			for _, d := range want.Decisions {
-				b.clock.mu.Lock()
-				b.clock.t = d.At.Add(-time.Minute)
-				b.clock.mu.Unlock()
+				b.clock.Set(d.At.Add(-time.Minute))
 				var cmd domain.ProjectCommand = domain.ApproveChangeSet{ChangeSetID: rec.ChangeSets[d.ChangeSet], Version: d.Version}
 				if d.Command == "reject" {
 					cmd = domain.RejectChangeSet{ChangeSetID: rec.ChangeSets[d.ChangeSet], Reason: "not now"}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,29 +17,11 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// clock is an injected clock that moves one minute per reading: the same as
-// testclock.Stepping(start, time.Minute), which new tests use. It stays
-// because two other files reach into it: tamper_test.go builds a bundle with
-// &clock{t: ...} (testclock.Stepping(time.Now(), time.Minute)), and
-// changeset_schema_test.go sets c.t under c.mu (testclock's Set(d.At -
-// a minute), after which the next reading is d.At, as now). Once both do,
-// bundle.clock becomes a *testclock.Clock and this type goes.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(time.Minute)
-	return c.t
-}
 
 type bundle struct {
 	pool   *pgxpool.Pool
@@ -48,7 +29,7 @@ type bundle struct {
 	cmd    *dispatch.Handler
 	sealer *seal.Sealer
 	proj   *projections.Projections
-	clock  *clock
+	clock  *testclock.Clock
 }
 
 func setup(t *testing.T) *bundle {
@@ -58,7 +39,7 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	mk, err := seal.ParseMasterKey(key)
 	require.NoError(t, err)
-	b := &bundle{pool: pool, store: eventstore.New(pool, nil), clock: &clock{t: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}}
+	b := &bundle{pool: pool, store: eventstore.New(pool, nil), clock: testclock.Stepping(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), time.Minute)}
 	b.sealer = seal.New(pool, mk, nil)
 	b.cmd, err = dispatch.New(dispatch.Config{Store: b.store, Now: b.clock.Now})
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 
@@ -190,7 +191,7 @@ func TestSecretIsNeverWrittenInClear(t *testing.T) {
 	require.NoError(t, err)
 	mk, err := seal.ParseMasterKey(key)
 	require.NoError(t, err)
-	b := &bundle{pool: pool, store: eventstore.New(pool, logger), clock: &clock{t: time.Now()}}
+	b := &bundle{pool: pool, store: eventstore.New(pool, logger), clock: testclock.Stepping(time.Now(), time.Minute)}
 	b.sealer = seal.New(pool, mk, logger)
 	b.cmd, err = dispatch.New(dispatch.Config{Store: b.store, Now: b.clock.Now, Logger: logger})
 	require.NoError(t, err)
