@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,24 +27,13 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // clock is an injected clock the test moves by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 var dbCounter atomic.Int64
 
 // emptyDB creates a new database with nothing in it on the test cluster.
@@ -133,7 +121,7 @@ func seed(t *testing.T, u string, pool *pgxpool.Pool) seeded {
 
 // install runs version v of the control plane's start-up on a new database:
 // the check, then the migrations.
-func install(t *testing.T, v string, c *clock, dir string) seeded {
+func install(t *testing.T, v string, c *testclock.Clock, dir string) seeded {
 	t.Helper()
 	u := emptyDB(t)
 	pool := open(t, u)
@@ -165,7 +153,7 @@ func sqlOf(t *testing.T, dump string) []byte {
 func TestBackupAtStartOfNewVersion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := &clock{t: time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
 	dir := filepath.Join(t.TempDir(), "backups")
 	s := install(t, "1.4.0", c, dir)
 	require.Empty(t, dumps(t, dir), "a new database is not backed up")
@@ -190,7 +178,7 @@ func TestBackupAtStartOfNewVersion(t *testing.T) {
 	require.Nil(t, last)
 
 	// 1.5.0 starts: it backs up before migrating.
-	c.Add(time.Hour)
+	c.Advance(time.Hour)
 	cfg.Version = "1.5.0"
 	d, err = backup.BeforeMigrate(ctx, s.pool, cfg, 0)
 	require.NoError(t, err)
@@ -264,7 +252,7 @@ func TestMigratedDatabaseWithoutEventsIsNew(t *testing.T) {
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	pool := open(t, u)
-	c := &clock{t: time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
 	d, err := backup.BeforeMigrate(ctx, pool, backup.Config{DatabaseURL: u, Version: "1.5.0", Now: c.Now}, 0)
 	require.NoError(t, err)
 	require.Equal(t, backup.SkippedNewDatabase, d)
@@ -282,7 +270,7 @@ func TestMigratedDatabaseWithoutEventsIsNew(t *testing.T) {
 func TestInstallerBackupReused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := &clock{t: time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
 	dir := filepath.Join(t.TempDir(), "backups")
 	s := install(t, "1.4.0", c, dir)
 
@@ -295,7 +283,7 @@ func TestInstallerBackupReused(t *testing.T) {
 	require.Equal(t, backup.SourceInstaller, o.Source)
 	require.Len(t, dumps(t, dir), 1)
 
-	c.Add(23 * time.Hour)
+	c.Advance(23 * time.Hour)
 	next := backup.Config{DatabaseURL: s.url, Dir: dir, Version: "1.5.0", Now: c.Now}
 	d, err := backup.BeforeMigrate(ctx, s.pool, next, 0)
 	require.NoError(t, err)
@@ -310,16 +298,16 @@ func TestInstallerBackupReused(t *testing.T) {
 	// reused.
 	_, err = backup.PreUpgrade(ctx, s.pool, next, "1.6.1", false)
 	require.NoError(t, err)
-	c.Add(time.Second) // the next dump gets its own name
+	c.Advance(time.Second) // the next dump gets its own name
 	d, err = backup.BeforeMigrate(ctx, s.pool, backup.Config{DatabaseURL: s.url, Dir: dir, Version: "1.6.0", Now: c.Now}, 0)
 	require.NoError(t, err)
 	require.Equal(t, backup.BackedUp, d)
 	require.Len(t, dumps(t, dir), 3)
 
-	c.Add(time.Second)
+	c.Advance(time.Second)
 	_, err = backup.PreUpgrade(ctx, s.pool, backup.Config{DatabaseURL: s.url, Dir: dir, Version: "1.6.0", Now: c.Now}, "1.7.0", false)
 	require.NoError(t, err)
-	c.Add(24*time.Hour + time.Second)
+	c.Advance(24*time.Hour + time.Second)
 	d, err = backup.BeforeMigrate(ctx, s.pool, backup.Config{DatabaseURL: s.url, Dir: dir, Version: "1.7.0", Now: c.Now}, 0)
 	require.NoError(t, err)
 	require.Equal(t, backup.BackedUp, d)
@@ -329,7 +317,7 @@ func TestInstallerBackupReused(t *testing.T) {
 func TestMigrationRefusedWhenBackupFails(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := &clock{t: time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
 	tmp := t.TempDir()
 	s := install(t, "1.4.0", c, filepath.Join(tmp, "backups"))
 	// A destination below a regular file cannot be created, not even by root.
@@ -375,7 +363,7 @@ func TestMigrationRefusedWhenBackupFails(t *testing.T) {
 func TestRestoreIntoFreshDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := &clock{t: time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
 	dir := filepath.Join(t.TempDir(), "backups")
 	s := install(t, "1.5.0", c, dir)
 	m, err := backup.Create(ctx, backup.Config{DatabaseURL: s.url, Dir: dir, Version: "1.5.0", Now: c.Now}, backup.TriggerManual, "")

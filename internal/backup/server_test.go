@@ -15,6 +15,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/config"
 	"github.com/nebulactrl/nebulactrl/internal/database"
 	"github.com/nebulactrl/nebulactrl/internal/server"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 	"github.com/nebulactrl/nebulactrl/migrations"
 )
 
@@ -24,7 +25,7 @@ import (
 // usable one it backs up, then migrates and serves.
 func TestServerStartBacksUpBeforeMigrating(t *testing.T) {
 	ctx := context.Background()
-	c := &clock{t: time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)}
+	c := testclock.New(time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC))
 	tmp := t.TempDir()
 	s := install(t, "1.4.0", c, filepath.Join(tmp, "old"))
 

@@ -3,7 +3,6 @@ package reactions_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,28 +17,13 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/reactions"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // clock is an injected clock that moves only when the test says so.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 type world struct {
 	t      *testing.T
@@ -48,7 +32,7 @@ type world struct {
 	cmd    *dispatch.Handler
 	proj   *projections.Projections
 	react  *reactions.Reactions
-	clock  *clock
+	clock  *testclock.Clock
 	org    string
 	proj1  string
 	env    string
@@ -67,7 +51,7 @@ func setup(t *testing.T) *world {
 	mk, err := seal.ParseMasterKey(key)
 	require.NoError(t, err)
 	store := eventstore.New(pool, nil)
-	w := &world{t: t, ctx: context.Background(), pool: pool, clock: &clock{t: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}}
+	w := &world{t: t, ctx: context.Background(), pool: pool, clock: testclock.New(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))}
 	w.cmd, err = dispatch.New(dispatch.Config{Store: store, Now: w.clock.Now})
 	require.NoError(t, err)
 	w.proj, err = projections.New(projections.Config{Store: store, Keys: seal.New(pool, mk, nil), Now: w.clock.Now})
@@ -212,10 +196,10 @@ func TestDeploymentLifecycle(t *testing.T) {
 	w.report(v2, domain.StatusStarting, 0, 2, "")
 	w.report(v2, domain.StatusProbing, 0, 2, "ImagePullBackOff: pull access denied")
 	w.settle()
-	w.clock.advance(119 * time.Second)
+	w.clock.Advance(119 * time.Second)
 	w.fire()
 	require.Equal(t, "probing", w.deployment(v2).status, "not before the deadline")
-	w.clock.advance(time.Second)
+	w.clock.Advance(time.Second)
 	require.Positive(t, w.fire())
 	got := w.deployment(v2)
 	require.Equal(t, "failed", got.status)
@@ -235,10 +219,10 @@ func TestDeploymentLifecycle(t *testing.T) {
 	// v4 stalls after starting (1 min without progress), and is cleared when it moves.
 	w.report(v4, domain.StatusStarting, 0, 2, "")
 	w.settle()
-	w.clock.advance(59 * time.Second)
+	w.clock.Advance(59 * time.Second)
 	w.fire()
 	require.False(t, w.deployment(v4).stalled, "not before the stall timeout")
-	w.clock.advance(time.Second)
+	w.clock.Advance(time.Second)
 	w.fire()
 	require.True(t, w.deployment(v4).stalled)
 	require.Equal(t, "starting", w.deployment(v4).status, "a stall is a flag, not a verdict")
@@ -254,9 +238,9 @@ func TestDeploymentLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	cs := res.Events[0].(domain.ChangeSetOpened).ChangeSetID
 	w.settle()
-	w.clock.advance(71 * time.Hour)
+	w.clock.Advance(71 * time.Hour)
 	w.fire()
-	w.clock.advance(time.Hour)
+	w.clock.Advance(time.Hour)
 	w.fire()
 	var status string
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT status FROM changesets WHERE id = $1`, cs).Scan(&status))

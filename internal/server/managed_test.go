@@ -24,6 +24,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/pgcluster"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
 	"github.com/nebulactrl/nebulactrl/internal/server"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/wait"
 )
 
 // Bounds on outcomes that are polled for, generous for a loaded 2-core
@@ -137,17 +138,6 @@ func readyz(url string) int {
 	return resp.StatusCode
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", patience, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // The issue's finding: when the managed PostgreSQL died, nebula serve stayed
 // up and not ready forever. It is restarted (same port, so the pool
 // reconnects) and the server is ready and writable again.
@@ -171,7 +161,7 @@ func TestManagedPostgresIsRestartedWhenItDies(t *testing.T) {
 	old := postmasterPID(dataDir)
 	require.Positive(t, old)
 	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
-	eventually(t, "a new postmaster runs and the server is ready", func() bool {
+	wait.Within(t, patience, "a new postmaster runs and the server is ready", func() bool {
 		pid := postmasterPID(dataDir)
 		return pid != old && postgresAlive(pid) && readyz(s.url) == 200
 	})
@@ -179,7 +169,7 @@ func TestManagedPostgresIsRestartedWhenItDies(t *testing.T) {
 	// restart may be recorded while the projections are still reconnecting
 	// (503 projections_behind: "the change was recorded"); a retry then
 	// finds the name taken (409). Either way the project must be readable.
-	eventually(t, "a write is recorded", func() bool {
+	wait.Within(t, patience, "a write is recorded", func() bool {
 		req, _ := http.NewRequest("POST", s.url+"/api/v1/orgs/acme/projects", strings.NewReader(`{"name":"shop"}`))
 		req.Header.Set("Authorization", "Bearer "+setup.Token)
 		req.Header.Set("Content-Type", "application/json")
@@ -190,7 +180,7 @@ func TestManagedPostgresIsRestartedWhenItDies(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusCreated || resp.StatusCode == http.StatusConflict
 	})
-	eventually(t, "the project is read back", func() bool {
+	wait.Within(t, patience, "the project is read back", func() bool {
 		req, _ := http.NewRequest("GET", s.url+"/api/v1/orgs/acme/projects/shop", nil)
 		req.Header.Set("Authorization", "Bearer "+setup.Token)
 		resp, err := http.DefaultClient.Do(req)

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,27 +22,13 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/config"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
 	"github.com/nebulactrl/nebulactrl/internal/server"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/lockedbuf"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 )
 
 // syncBuffer is a log destination that the server's goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer struct{ lockedbuf.Buffer }
 
 // lines parses every line of a JSON log; a line that is not a JSON object
 // fails the test.

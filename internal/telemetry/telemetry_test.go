@@ -2,7 +2,6 @@ package telemetry_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,32 +10,25 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/internal/telemetry"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
-
 func TestLogsAreKeptSevenDaysInDailyPartitions(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	clk := &clock{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
-	s := telemetry.New(pool, clk.now)
+	clk := testclock.New(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
+	s := telemetry.New(pool, clk.Now)
 	org, cluster, envID := uuid.NewString(), uuid.NewString(), uuid.NewString()
 	_, err := pool.Exec(ctx, `INSERT INTO environments VALUES ($1, $2, $2, 'staging', $3, false, now(), NULL)`, envID, org, cluster)
 	require.NoError(t, err)
 	src := telemetry.Source{OrgID: org, ClusterID: cluster}
 	require.NoError(t, s.EnsurePartitions(ctx))
 	batch := transport.Logs{EnvironmentID: envID, Service: "api", Release: 1, Pod: "api-1", Container: "web",
-		Lines: []transport.LogLine{{Time: clk.now(), Text: "hello"}, {Time: clk.now().Add(time.Second), Text: "world"}, {Time: time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC), Text: "skewed clock"}}}
+		Lines: []transport.LogLine{{Time: clk.Now(), Text: "hello"}, {Time: clk.Now().Add(time.Second), Text: "world"}, {Time: time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC), Text: "skewed clock"}}}
 	require.NoError(t, s.SaveLogs(ctx, src, batch))
 	// Another cluster cannot write into this environment.
 	require.NoError(t, s.SaveLogs(ctx, telemetry.Source{OrgID: org, ClusterID: uuid.NewString()}, batch))
@@ -52,11 +44,11 @@ func TestLogsAreKeptSevenDaysInDailyPartitions(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM log_lines_default`).Scan(&def))
 	require.Zero(t, def, "every line is in a daily partition")
 
-	clk.set(clk.now().Add(7 * 24 * time.Hour))
+	clk.Set(clk.Now().Add(7 * 24 * time.Hour))
 	n, err := s.DropExpired(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "seven days are kept")
-	clk.set(clk.now().Add(24 * time.Hour))
+	clk.Set(clk.Now().Add(24 * time.Hour))
 	n, err = s.DropExpired(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "the day older than seven days is dropped, of container and of build logs")
