@@ -1,26 +1,9 @@
 package projections
 
 import (
-	"time"
-
+	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 )
-
-// lastUpgrade is a server's last agent upgrade as the read model keeps it
-// (servers.last_upgrade; api.LastUpgrade reads it).
-type lastUpgrade struct {
-	UpgradeID string    `json:"upgradeId,omitempty"`
-	From      string    `json:"from,omitempty"`
-	Version   string    `json:"version"`
-	State     string    `json:"state"`
-	Step      string    `json:"step,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
-	Message   string    `json:"message"`
-	Auto      bool      `json:"auto,omitempty"`
-	Force     bool      `json:"force,omitempty"`
-	RolloutID string    `json:"rolloutId,omitempty"`
-	At        time.Time `json:"at"`
-}
 
 // Why an agent cannot upgrade itself, when it does not say.
 const (
@@ -42,17 +25,19 @@ func (r *readModels) applyUpgrade(e domain.Event) {
 		}
 		r.servers.update([]any{d.ServerID}, map[string]any{"cannot_upgrade": cannot})
 	case domain.AgentUpgradeRequested:
-		r.setLastUpgrade(d.ServerID, lastUpgrade{UpgradeID: d.UpgradeID, From: d.From, Version: d.To, State: domain.UpgradeInProgress,
+		r.setLastUpgrade(d.ServerID, api.LastUpgrade{UpgradeID: d.UpgradeID, From: d.From, Version: d.To, State: domain.UpgradeInProgress,
 			Message: "Upgrading the agent from " + or(d.From, "an unknown version") + " to " + d.To, Auto: d.Auto, Force: d.Force, RolloutID: d.RolloutID, At: d.At})
 	case domain.AgentUpgraded:
-		r.setLastUpgrade(d.ServerID, lastUpgrade{UpgradeID: d.UpgradeID, From: d.From, Version: d.To, State: domain.UpgradeSucceeded,
+		r.setLastUpgrade(d.ServerID, api.LastUpgrade{UpgradeID: d.UpgradeID, From: d.From, Version: d.To, State: domain.UpgradeSucceeded,
 			Message: "The agent upgraded from " + or(d.From, "an unknown version") + " to " + d.To, RolloutID: d.RolloutID, At: d.At})
 	case domain.AgentUpgradeFailed:
-		r.setLastUpgrade(d.ServerID, lastUpgrade{UpgradeID: d.UpgradeID, Version: d.To, State: d.State, Step: d.Step, Reason: d.Reason,
+		r.setLastUpgrade(d.ServerID, api.LastUpgrade{UpgradeID: d.UpgradeID, Version: d.To, State: d.State, Step: d.Step, Reason: d.Reason,
 			Message: d.Message(), RolloutID: d.RolloutID, At: d.At})
 	}
 }
 
-func (r *readModels) setLastUpgrade(serverID string, u lastUpgrade) {
+// setLastUpgrade keeps the upgrade in servers.last_upgrade as the API
+// returns it.
+func (r *readModels) setLastUpgrade(serverID string, u api.LastUpgrade) {
 	r.servers.update([]any{serverID}, map[string]any{"last_upgrade": mustJSON(u)})
 }
