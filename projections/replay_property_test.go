@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/nebulactrl/nebulactrl/internal/version"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/domain"
@@ -19,7 +22,9 @@ import (
 // live": random valid command sequences over every aggregate (members removed
 // and added again, services and environments deleted and recreated under the
 // same name, tokens revoked, join tokens and servers revoked and re-issued,
-// deployments through their stages, change sets), projected live in batches
+// deployments through their stages, change sets, agent upgrades asked for,
+// reported, failed and expired, staged rollouts started, halted and
+// completed, the instance settings), projected live in batches
 // of random sizes, rebuild from event 0 to exactly the same rows.
 func TestReplayEqualsLiveForAnyCommandSequence(t *testing.T) {
 	t.Parallel()
@@ -27,11 +32,21 @@ func TestReplayEqualsLiveForAnyCommandSequence(t *testing.T) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			runRandomCommands(t, b, rand.New(rand.NewPCG(seed, 42)), 350)
+			runRandomCommands(t, b, rand.New(rand.NewPCG(seed, 42)), 600)
 			rep, err := projections.Replay(context.Background(), b.pool)
 			require.NoError(t, err)
 			require.True(t, rep.Equal(), "replay differs from live: %+v", rep)
 			checkHistoryRebuilds(t, b)
+			// The sequence reached the agent upgrades, the rollouts and the
+			// instance settings too.
+			rows, err := b.pool.Query(context.Background(), `SELECT DISTINCT event_type FROM events`)
+			require.NoError(t, err)
+			types, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			for _, want := range []string{"instance.settings.updated", "server.agent.upgrade.requested", "server.agent.upgraded", "server.agent.upgrade.failed",
+				"agent.rollout.started", "agent.rollout.halted", "agent.rollout.completed"} {
+				require.Contains(t, types, want)
+			}
 		})
 	}
 }
@@ -53,6 +68,7 @@ func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
 		return dispatch.Context{Actor: domain.Actor{Kind: domain.ActorUser, ID: users[i], Name: fmt.Sprint("user", i)}, Person: users[i], RequestID: fmt.Sprint("req-", rng.IntN(1000))}
 	}
 	agent := dispatch.Context{Actor: domain.Actor{Kind: domain.ActorAgent, ID: id(), Name: "agent-0"}}
+	yes := true
 	must := func(_ dispatch.Result, err error) {
 		t.Helper()
 		if err != nil && !allowed(err) {
@@ -90,7 +106,7 @@ func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
 	}
 	for i := 0; i < n; i++ {
 		u := rng.IntN(len(users))
-		switch rng.IntN(18) {
+		switch rng.IntN(21) {
 		case 0:
 			must(b.cmd.Organisation(ctx, as(0), org, domain.AddMember{UserID: users[1+rng.IntN(2)], Role: []domain.Role{domain.RoleAdmin, domain.RoleMember, domain.RoleViewer}[rng.IntN(3)]}))
 		case 1:
@@ -117,7 +133,8 @@ func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
 			srv := id()
 			servers = append(servers, srv)
 			must(b.cmd.Cluster(ctx, agent, org, cluster, domain.RegisterServer{ServerID: srv, Name: fmt.Sprint("agent-", rng.IntN(3)), CredentialHash: "c", JoinTokenID: pick(joinTokens)}))
-			must(b.cmd.Server(ctx, agent, org, srv, domain.RecordConnection{ClusterID: cluster, ServerID: srv, Connected: rng.IntN(2) == 0, Version: "1.0.0"}))
+			must(b.cmd.Server(ctx, agent, org, srv, domain.RecordConnection{ClusterID: cluster, ServerID: srv, Connected: rng.IntN(2) == 0, Version: "1.0.0",
+				Arch: "amd64", Upgradable: &yes, Session: fmt.Sprint("s", i)}))
 		case 8:
 			name := []string{"staging", "production"}[rng.IntN(2)]
 			if _, ok := envs[name]; ok {
@@ -223,6 +240,48 @@ func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
 						must(b.cmd.Project(ctx, as((u+1)%len(users)), org, project, domain.RejectChangeSet{ChangeSetID: cs, Reason: "no"}))
 					}
 				}
+			}
+		case 18:
+			// The instance settings: automatic agent upgrades off and on.
+			must(b.cmd.Instance(ctx, as(0), domain.SetAgentAutoUpgrade{Enabled: rng.IntN(2) == 0}))
+		case 19:
+			// An agent upgrade: asked for, then reported done or failed by
+			// the agent, or expired; or the agent connects again (with the
+			// new version or the old one).
+			srv := pick(servers)
+			upg := id()
+			if rng.IntN(2) == 0 {
+				must(b.cmd.Server(ctx, agent, org, srv, domain.RecordConnection{ClusterID: cluster, ServerID: srv, Connected: true, Version: "1.0.0",
+					Arch: "amd64", Upgradable: &yes, Session: fmt.Sprint("s", i)}))
+			}
+			must(b.cmd.Server(ctx, as(0), org, srv, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upg, To: "1.5.0",
+				Binaries: map[string]string{"amd64": "abc"}, Force: rng.IntN(3) == 0, Auto: rng.IntN(2) == 0}))
+			switch rng.IntN(4) {
+			case 0:
+				must(b.cmd.Server(ctx, agent, org, srv, domain.ReportUpgradeResult{UpgradeID: upg, Version: "1.5.0", OK: true}))
+			case 1:
+				must(b.cmd.Server(ctx, agent, org, srv, domain.ReportUpgradeResult{UpgradeID: upg, Version: "1.0.0", Step: "download", Error: "checksum mismatch"}))
+			case 2:
+				must(b.cmd.Server(ctx, agent, org, srv, domain.ExpireUpgrade{UpgradeID: upg, Timeout: time.Second}))
+			default:
+				must(b.cmd.Server(ctx, agent, org, srv, domain.RecordConnection{ClusterID: cluster, ServerID: srv, Connected: true,
+					Version: []string{"1.5.0", "1.0.0"}[rng.IntN(2)], Arch: "amd64", Upgradable: &yes, Session: fmt.Sprint("s", i)}))
+			}
+		case 20:
+			// A staged rollout over some servers: started, then halted or
+			// completed.
+			roll := id()
+			var over []domain.RolloutServer
+			for _, srv := range servers {
+				if rng.IntN(2) == 0 {
+					over = append(over, domain.RolloutServer{ServerID: srv, ClusterID: cluster, Name: "agent"})
+				}
+			}
+			must(b.cmd.Organisation(ctx, as(0), org, domain.StartRollout{OrgID: org, RolloutID: roll, Version: "1.5.0", Servers: over}))
+			if rng.IntN(2) == 0 {
+				must(b.cmd.Organisation(ctx, as(0), org, domain.HaltRollout{RolloutID: roll, ServerID: pick(servers), Reason: "the agent rolled the upgrade back"}))
+			} else {
+				must(b.cmd.Organisation(ctx, as(0), org, domain.CompleteRollout{RolloutID: roll}))
 			}
 		}
 		// Deliver what was compiled, as the reactions would, so that stage
