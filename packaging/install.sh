@@ -20,7 +20,10 @@
 #
 # Settings (environment): NEBULACTRL_HOME (/opt/nebulactrl),
 # NEBULACTRL_IMAGE (ghcr.io/nebulactrl/nebulactrl), NEBULACTRL_PUBLIC_URL,
-# NEBULACTRL_PORT (8080), NEBULACTRL_BACKUP_HOST_DIR (/var/backups/nebulactrl).
+# NEBULACTRL_PORT (8080), NEBULACTRL_BACKUP_HOST_DIR (/var/backups/nebulactrl),
+# POSTGRES_IMAGE (postgres:15: a mirror of it, or another image of the same
+# interface). NEBULACTRL_IMAGE and POSTGRES_IMAGE are kept in .env; a re-run
+# changes them only when they are given again.
 set -euo pipefail
 
 readonly EXIT_BACKUP_FAILED=3
@@ -126,6 +129,7 @@ fresh_install() {
     printf '# keep a copy apart from the database backups, which never hold it.\n'
     printf 'NEBULACTRL_VERSION=%s\n' "$version"
     printf 'NEBULACTRL_IMAGE=%s\n' "$image"
+    printf 'POSTGRES_IMAGE=%s\n' "${POSTGRES_IMAGE:-postgres:15}"
     printf 'NEBULACTRL_PORT=%s\n' "${NEBULACTRL_PORT:-8080}"
     printf 'NEBULACTRL_PUBLIC_URL=%s\n' "${NEBULACTRL_PUBLIC_URL:-http://localhost:${NEBULACTRL_PORT:-8080}}"
     printf 'NEBULACTRL_SECRET_KEY=%s\n' "$(random_base64 32)"
@@ -148,12 +152,14 @@ upgrade() {
   # that cannot be pulled leaves the installation as it was. (The shell's
   # NEBULACTRL_VERSION and NEBULACTRL_IMAGE win over .env in compose.yaml;
   # the image stays as installed unless NEBULACTRL_IMAGE is given again.)
-  if ! NEBULACTRL_VERSION=$version NEBULACTRL_IMAGE=${NEBULACTRL_IMAGE:-$(env_get NEBULACTRL_IMAGE)} compose pull; then
+  if ! NEBULACTRL_VERSION=$version NEBULACTRL_IMAGE=${NEBULACTRL_IMAGE:-$(env_get NEBULACTRL_IMAGE)} \
+    POSTGRES_IMAGE=${POSTGRES_IMAGE:-$(env_get POSTGRES_IMAGE)} compose pull; then
     die "pulling NebulaCtrl $version failed (is $version released?): stopping, nothing was changed"
   fi
   cp "$here/compose.yaml" "$home/compose.yaml"
   env_set NEBULACTRL_VERSION "$version"
   if [ -n "${NEBULACTRL_IMAGE:-}" ]; then env_set NEBULACTRL_IMAGE "$image"; fi
+  if [ -n "${POSTGRES_IMAGE:-}" ]; then env_set POSTGRES_IMAGE "$POSTGRES_IMAGE"; fi
   compose up -d --wait
   say "NebulaCtrl $version is running."
 }

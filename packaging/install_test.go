@@ -16,8 +16,8 @@ import (
 	"github.com/nebulactrl/nebulactrl/packaging"
 )
 
-// standIn is NOT Docker: no Docker engine runs on these machines. It is a
-// script named docker, first on PATH, that records every call (working
+// standIn is NOT Docker (docker_test.go runs install.sh on a real engine):
+// it is a script named docker, first on PATH, that records every call (working
 // directory and arguments) and answers as the test tells it: the running
 // control plane's container id, the exit status of pre-upgrade-backup, what
 // pg_dump prints and its exit status.
@@ -33,6 +33,7 @@ case "$*" in
     exit "${STANDIN_PGDUMP_RC:-0}" ;;
   "compose pull"*)
     printf '%s\n' "${NEBULACTRL_VERSION:-}" >>"$STANDIN_LOG.pulled"
+    printf '%s\n' "${POSTGRES_IMAGE:-}" >>"$STANDIN_LOG.postgres"
     exit "${STANDIN_PULL_RC:-${STANDIN_UP_RC:-0}}" ;;
   "compose up"*) exit "${STANDIN_UP_RC:-0}" ;;
 esac
@@ -125,6 +126,7 @@ func TestFreshInstall(t *testing.T) {
 	env := e.dotenv(t)
 	require.Equal(t, "1.5.0", env["NEBULACTRL_VERSION"])
 	require.Equal(t, "ghcr.io/nebulactrl/nebulactrl", env["NEBULACTRL_IMAGE"])
+	require.Equal(t, "postgres:15", env["POSTGRES_IMAGE"])
 	require.Equal(t, "https://nebula.example.com", env["NEBULACTRL_PUBLIC_URL"])
 	_, err = seal.ParseMasterKey(env["NEBULACTRL_SECRET_KEY"])
 	require.NoError(t, err, "a valid master key")
@@ -267,6 +269,34 @@ func TestUpgradeStopsWhenThePullFails(t *testing.T) {
 	require.Equal(t, "1.6.0\n", string(pulled))
 }
 
+// POSTGRES_IMAGE names another PostgreSQL image (a mirror: no Docker Hub
+// there); it is kept in .env, so a re-run without it pulls and runs the
+// same one, and given again it replaces it.
+func TestPostgresImageIsKept(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	code, _, out := e.install(t, map[string]string{"POSTGRES_IMAGE": "mirror.example.com/postgres:15"}, "1.5.0")
+	require.Zero(t, code, out)
+	require.Equal(t, "mirror.example.com/postgres:15", e.dotenv(t)["POSTGRES_IMAGE"])
+	pulled := func() string {
+		b, err := os.ReadFile(e.log + ".postgres")
+		require.NoError(t, err)
+		os.Remove(e.log + ".postgres")
+		return string(b)
+	}
+	require.Equal(t, "mirror.example.com/postgres:15\n", pulled())
+
+	code, _, out = e.install(t, map[string]string{"STANDIN_RUNNING": "c0ffee"}, "1.6.0")
+	require.Zero(t, code, out)
+	require.Equal(t, "mirror.example.com/postgres:15\n", pulled(), "the upgrade pulls the installed image")
+	require.Equal(t, "mirror.example.com/postgres:15", e.dotenv(t)["POSTGRES_IMAGE"])
+
+	code, _, out = e.install(t, map[string]string{"STANDIN_RUNNING": "c0ffee", "POSTGRES_IMAGE": "mirror.example.com/postgres:15.9"}, "1.7.0")
+	require.Zero(t, code, out)
+	require.Equal(t, "mirror.example.com/postgres:15.9\n", pulled())
+	require.Equal(t, "mirror.example.com/postgres:15.9", e.dotenv(t)["POSTGRES_IMAGE"])
+}
+
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -283,7 +313,7 @@ func TestShellcheck(t *testing.T) {
 	t.Parallel()
 	sc, err := exec.LookPath("shellcheck")
 	require.NoError(t, err, "shellcheck is required (go tool task deps installs it)")
-	out, err := exec.Command(sc, "--severity=style", "install.sh", "../scripts/ensure-shellcheck.sh").CombinedOutput()
+	out, err := exec.Command(sc, "--severity=style", "install.sh", "../scripts/ensure-shellcheck.sh", "../scripts/ensure-docker.sh").CombinedOutput()
 	require.NoError(t, err, string(out))
 }
 
@@ -314,6 +344,7 @@ func TestComposeFile(t *testing.T) {
 	require.Equal(t, ".env", cp.EnvFile)
 	require.Equal(t, []string{"CMD", "/usr/local/bin/nebulactrl-server", "healthcheck"}, cp.Healthcheck.Test)
 	require.NotEmpty(t, pg.Healthcheck.Test)
+	require.Equal(t, "${POSTGRES_IMAGE:-postgres:15}", pg.Image, "postgres:15 unless .env names another")
 	require.Equal(t, "service_healthy", cp.DependsOn["postgres"].Condition)
 	require.Equal(t, []string{"data:/var/lib/nebulactrl"}, cp.Volumes)
 	require.Equal(t, []string{"postgres:/var/lib/postgresql/data"}, pg.Volumes)

@@ -2,7 +2,9 @@
 // compose.yaml (the control plane and PostgreSQL, with health checks and
 // volumes) and install.sh (install, or upgrade when re-run, backing the
 // database up first). Its tests run install.sh against a stand-in for the
-// docker command and check it with shellcheck.
+// docker command (each decision, install_test.go), against a real Docker
+// engine with Compose v2 and images of this tree (docker_test.go), and check
+// it with shellcheck.
 package packaging
 
 import _ "embed"

@@ -43,7 +43,13 @@ const (
 	// pg_dump and pg_restore for the control plane's backups.
 	ControlPlane Kind = "nebulactrl"
 	// Agent is nebulactrl-agent at /nebulactrl-agent, where the install
-	// manifest's init container finds it to seed the pod volume.
+	// manifest's init container finds it to seed the pod volume: a symlink
+	// to AgentRealBinary, in a directory of the non-root user's, so that an
+	// agent run from the image in a container (docker run --restart=always)
+	// can replace its binary in the container's writable layer when it
+	// upgrades itself (it replaces the path os.Executable resolves to). Its
+	// state directory, AgentStateDir, is the non-root user's too, so that a
+	// volume mounted there starts writable.
 	Agent Kind = "nebulactrl-agent"
 )
 
@@ -70,9 +76,13 @@ const (
 	ServerBinary = "/usr/local/bin/nebula"
 	ServerAlias  = "/usr/local/bin/nebulactrl-server"
 	AgentBinary  = "/nebulactrl-agent"
-	DataDir      = "/var/lib/nebulactrl"
-	CAFile       = "/etc/ssl/certs/ca-certificates.crt"
-	Home         = "/home/nonroot"
+	// AgentRealBinary is the agent's binary itself (AgentBinary links to it).
+	AgentRealBinary = "/usr/local/lib/nebulactrl-agent/nebulactrl-agent"
+	// AgentStateDir is the agent's default --state-dir.
+	AgentStateDir = "/var/lib/nebulactrl-agent"
+	DataDir       = "/var/lib/nebulactrl"
+	CAFile        = "/etc/ssl/certs/ca-certificates.crt"
+	Home          = "/home/nonroot"
 )
 
 // file is one entry of a layer.
@@ -277,7 +287,12 @@ func Build(s Spec) (v1.Image, error) {
 		cfg.WorkingDir = DataDir
 		cfg.ExposedPorts = map[string]struct{}{"8080/tcp": {}}
 	case Agent:
-		layers = append(layers, []file{{name: AgentBinary, mode: 0o755, data: bin}})
+		layers = append(layers, []file{
+			{name: path.Dir(AgentRealBinary), mode: 0o755, uid: NonRoot, gid: NonRoot, dir: true},
+			{name: AgentRealBinary, mode: 0o755, uid: NonRoot, gid: NonRoot, data: bin},
+			{name: AgentBinary, link: strings.TrimPrefix(AgentRealBinary, "/"), mode: 0o777},
+			{name: AgentStateDir, mode: 0o700, uid: NonRoot, gid: NonRoot, dir: true},
+		})
 		cfg.Entrypoint = []string{AgentBinary}
 	default:
 		return nil, fmt.Errorf("unknown image %q", s.Kind)
@@ -314,7 +329,11 @@ func BuildIndex(specs []Spec) (v1.ImageIndex, error) {
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	var adds []mutate.IndexAddendum
 	for _, s := range specs {
-		img, err := Build(s)
+		build := Build
+		if s.Kind == Postgres {
+			build = BuildPostgres
+		}
+		img, err := build(s)
 		if err != nil {
 			return nil, fmt.Errorf("%s for %s: %w", s.Kind, s.Platform.String(), err)
 		}

@@ -255,7 +255,14 @@ func TestAgentImage(t *testing.T) {
 		hs, data := files(t, img)
 		want, err := os.ReadFile(bin)
 		require.NoError(t, err)
-		require.Equal(t, want, data[AgentBinary])
+		require.Equal(t, want, data[AgentRealBinary])
+		// The entrypoint links to a binary the agent may replace when it
+		// upgrades itself in a container, and its state directory is its own.
+		require.Equal(t, strings.TrimPrefix(AgentRealBinary, "/"), hs[AgentBinary].Linkname)
+		for _, p := range []string{filepath.Dir(AgentRealBinary), AgentRealBinary, AgentStateDir} {
+			require.Equal(t, NonRoot, hs[p].Uid, p)
+			require.Equal(t, NonRoot, hs[p].Gid, p)
+		}
 		require.Contains(t, string(data["/etc/passwd"]), "nonroot:x:65532:65532:")
 		require.NotContains(t, data, CAFile+"x")
 		require.Contains(t, data, CAFile)

@@ -10,6 +10,14 @@
 //	go run ./tools/ociimage -kind nebulactrl -version 1.5.0 \
 //	    -binary linux/amd64=dist/images/nebula-linux-amd64 \
 //	    -oci-layout dist/images/nebulactrl [-push registry.example.com/nebulactrl:1.5.0]
+//
+// An OCI layout it writes also holds a docker manifest.json naming the
+// images of this machine's architecture (-docker-repo:<version>, one per
+// version in the layout), so that Docker 20.10's `docker load`, which needs
+// that file, loads it: tar -C dist/images/nebulactrl -c . | docker load.
+//
+// -kind postgres makes a PostgreSQL server image of this machine's Debian
+// packages for the packaged install's tests (no -binary; see Postgres).
 package main
 
 import (
@@ -52,14 +60,15 @@ func (b *binaries) Set(v string) error { *b = append(*b, strings.Split(v, ",")..
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("ociimage", flag.ContinueOnError)
-	kind := fs.String("kind", "", "nebulactrl (the control plane) or nebulactrl-agent")
+	kind := fs.String("kind", "", "nebulactrl (the control plane), nebulactrl-agent, or postgres (a PostgreSQL server of this machine's packages, for tests)")
 	version := fs.String("version", "", "the version the binaries report, for the label and the tag")
 	source := fs.String("source", "https://github.com/nebulactrl/nebulactrl", "the source repository, for the label")
 	ca := fs.String("ca-certs", "/etc/ssl/certs/ca-certificates.crt", "the CA bundle copied into the image")
 	pg := fs.String("pg-bin-dir", "", `pg_dump and pg_restore for the control plane's backups (default: found on this machine; "none" leaves them out)`)
 	push := fs.String("push", "", "push the image index to this reference (registry/repository:tag)")
 	insecure := fs.Bool("insecure", false, "reach the registry over plain HTTP (a local test registry)")
-	ociLayout := fs.String("oci-layout", "", "write the image index into this OCI layout directory")
+	ociLayout := fs.String("oci-layout", "", "write the image index into this OCI layout directory (with a docker manifest.json for docker load)")
+	dockerRepo := fs.String("docker-repo", "", "the repository the layout's manifest.json tags its images with (default ghcr.io/nebulactrl/KIND)")
 	var bins binaries
 	fs.Var(&bins, "binary", "OS/ARCH=PATH of a static binary, once per platform (linux/amd64=bin/nebula)")
 	if err := fs.Parse(args); err != nil {
@@ -67,14 +76,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	var errs []error
 	k := Kind(*kind)
-	if k != ControlPlane && k != Agent {
-		errs = append(errs, fmt.Errorf("-kind %q: want %s or %s", *kind, ControlPlane, Agent))
+	if k != ControlPlane && k != Agent && k != Postgres {
+		errs = append(errs, fmt.Errorf("-kind %q: want %s, %s or %s", *kind, ControlPlane, Agent, Postgres))
 	}
 	if *version == "" {
 		errs = append(errs, errors.New("-version is required"))
 	}
-	if len(bins) == 0 {
+	if len(bins) == 0 && k != Postgres {
 		errs = append(errs, errors.New("-binary is required (OS/ARCH=PATH)"))
+	}
+	if len(bins) != 0 && k == Postgres {
+		errs = append(errs, errors.New("-kind postgres takes no -binary: it is made of this machine's PostgreSQL"))
 	}
 	if *push == "" && *ociLayout == "" {
 		errs = append(errs, errors.New("give -push or -oci-layout (or both)"))
@@ -91,6 +103,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		created = time.Unix(n, 0).UTC()
 	}
 	var specs []Spec
+	if k == Postgres {
+		s := Spec{Kind: k, Platform: v1.Platform{OS: "linux", Architecture: runtime.GOARCH}, Version: *version, Source: *source, Created: created, PGBinDir: *pg}
+		if s.PGBinDir == "" || s.PGBinDir == "none" {
+			var err error
+			if s.PGBinDir, err = backup.FindBinDir(); err != nil {
+				return err
+			}
+		}
+		specs = append(specs, s)
+	}
 	for _, b := range bins {
 		plat, p, ok := strings.Cut(b, "=")
 		if !ok {
@@ -131,6 +153,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": *version})); err != nil {
 			return fmt.Errorf("writing the OCI layout %s: %w", *ociLayout, err)
+		}
+		repo := *dockerRepo
+		if repo == "" {
+			repo = "ghcr.io/nebulactrl/" + string(k)
+		}
+		if err := WriteDockerManifest(p, repo, runtime.GOARCH); err != nil {
+			return fmt.Errorf("writing the docker manifest.json of %s: %w", *ociLayout, err)
 		}
 		fmt.Fprintf(out, "%s %s written to %s (%s)\n", k, *version, *ociLayout, digest)
 	}
