@@ -195,10 +195,14 @@ func restoreCommand() *cli.Command {
 into the database given by --database-url, else the control plane's own
 (NEBULACTRL_DATABASE_URL, or the managed PostgreSQL of the data directory).
 The database must be empty: a database that holds any table is refused and
-left alone. The dump is checked against its manifest's SHA-256 first, and the
-restore runs in one transaction. Start the control plane with the same
-NEBULACTRL_SECRET_KEY as before (sealed values need it), then check that every
-projection matches the events: nebula audit replay.
+left alone. The dump is checked against its manifest's size and SHA-256 first,
+and the restore runs in one transaction. On a new PostgreSQL (a new machine or
+volume) the events' transaction ids are then renumbered below its own, so the
+control plane reads them and projects what comes after. Start the version the
+database was at with the same NEBULACTRL_SECRET_KEY (sealed values need it)
+and public URL: agents reconnect with their credentials and are sent their
+latest revisions. Then check that every projection matches the events:
+nebula audit replay (docs/operations.md, Restoring a backup).
 
 Example:
    nebula backup restore /var/lib/nebulactrl/backups/nebulactrl-20261201T030000Z-1.5.0.dump \

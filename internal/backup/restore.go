@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
 // Restore restores the dump at path (a .dump, or its .json manifest) into the
@@ -58,7 +60,23 @@ func Restore(ctx context.Context, binDir, path, targetURL string) (Manifest, err
 	if err := cmd.Run(); err != nil {
 		return m, fmt.Errorf("pg_restore: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
+	if err := renumber(ctx, targetURL); err != nil {
+		return m, fmt.Errorf("%w (the target holds the restored tables but cannot serve: drop it, create it empty and restore again)", err)
+	}
 	return m, nil
+}
+
+// renumber makes the restored events' transaction ids valid on the target's
+// PostgreSQL (eventstore.RenumberRestored): a dump restored on a new
+// PostgreSQL keeps the ids of the old one, far ahead of the new one's.
+func renumber(ctx context.Context, targetURL string) error {
+	conn, err := pgx.Connect(ctx, targetURL)
+	if err != nil {
+		return fmt.Errorf("connecting to the target database: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = eventstore.RenumberRestored(ctx, conn)
+	return err
 }
 
 // checkEmpty refuses a database holding tables, views, sequences or types of
