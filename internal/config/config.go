@@ -22,10 +22,15 @@ import (
 const (
 	EnvDatabaseURL = "NEBULACTRL_DATABASE_URL"
 	EnvSecretKey   = "NEBULACTRL_SECRET_KEY"
-	EnvPublicURL   = "NEBULACTRL_PUBLIC_URL"
-	EnvListen      = "NEBULACTRL_LISTEN"
-	EnvDataDir     = "NEBULACTRL_DATA_DIR"
-	EnvLogLevel    = "NEBULACTRL_LOG_LEVEL"
+	// EnvPreviousSecretKey is the master key being rotated away (base64 of
+	// 32 bytes): the control plane opens what it wrapped until nebula
+	// secret-key rotate has re-wrapped everything under NEBULACTRL_SECRET_KEY
+	// (docs/operations.md, "Rotating the master key"). Unset otherwise.
+	EnvPreviousSecretKey = "NEBULACTRL_PREVIOUS_SECRET_KEY"
+	EnvPublicURL         = "NEBULACTRL_PUBLIC_URL"
+	EnvListen            = "NEBULACTRL_LISTEN"
+	EnvDataDir           = "NEBULACTRL_DATA_DIR"
+	EnvLogLevel          = "NEBULACTRL_LOG_LEVEL"
 	// EnvLogFormat is text (default, for a terminal) or json (one JSON
 	// object a line, for a log collector).
 	EnvLogFormat = "NEBULACTRL_LOG_FORMAT"
@@ -77,6 +82,8 @@ type Config struct {
 	DatabaseURL string
 	// SecretKey is the master key that seals secrets (base64 of 32 bytes).
 	SecretKey string
+	// PreviousSecretKey is the master key being rotated away, or "".
+	PreviousSecretKey string
 	// PublicURL is where agents and browsers reach the control plane.
 	PublicURL string
 	// Listen is the HTTP listen address.
@@ -144,17 +151,18 @@ func Load(envFile string) (Config, error) {
 		return strings.TrimSpace(file[k])
 	}
 	c := Config{
-		DatabaseURL:   get(EnvDatabaseURL),
-		SecretKey:     get(EnvSecretKey),
-		PublicURL:     get(EnvPublicURL),
-		Listen:        get(EnvListen),
-		DataDir:       get(EnvDataDir),
-		LogLevel:      get(EnvLogLevel),
-		LogFormat:     get(EnvLogFormat),
-		MetricsListen: get(EnvMetricsListen),
-		TLSCert:       get(EnvTLSCert),
-		TLSKey:        get(EnvTLSKey),
-		EnvFile:       envFile,
+		DatabaseURL:       get(EnvDatabaseURL),
+		SecretKey:         get(EnvSecretKey),
+		PreviousSecretKey: get(EnvPreviousSecretKey),
+		PublicURL:         get(EnvPublicURL),
+		Listen:            get(EnvListen),
+		DataDir:           get(EnvDataDir),
+		LogLevel:          get(EnvLogLevel),
+		LogFormat:         get(EnvLogFormat),
+		MetricsListen:     get(EnvMetricsListen),
+		TLSCert:           get(EnvTLSCert),
+		TLSKey:            get(EnvTLSKey),
+		EnvFile:           envFile,
 	}
 	for _, list := range []struct {
 		env string

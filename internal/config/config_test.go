@@ -76,3 +76,19 @@ func TestLogAndMetricsSettings(t *testing.T) {
 	_, err = Load("")
 	require.ErrorContains(t, err, "same address")
 }
+
+// Both master keys of a rotation come from the .env file (the Docker
+// install keeps them there) or the environment, which wins.
+func TestPreviousSecretKey(t *testing.T) {
+	t.Setenv(EnvDataDir, t.TempDir())
+	env := filepath.Join(t.TempDir(), ".env")
+	require.NoError(t, os.WriteFile(env, []byte("NEBULACTRL_SECRET_KEY=new\nNEBULACTRL_PREVIOUS_SECRET_KEY=old\n"), 0o600))
+	c, err := Load(env)
+	require.NoError(t, err)
+	require.Equal(t, "new", c.SecretKey)
+	require.Equal(t, "old", c.PreviousSecretKey)
+	t.Setenv(EnvPreviousSecretKey, " other \n")
+	c, err = Load(env)
+	require.NoError(t, err)
+	require.Equal(t, "other", c.PreviousSecretKey)
+}

@@ -16,6 +16,12 @@ import (
 // name the variable rather than the value, so they are safe to print.
 const EnvKey = "NEBULACTRL_SECRET_KEY"
 
+// EnvPreviousKey names the environment variable that carries the previous
+// master key while it is rotated away: data keys it wraps still open, new
+// ones are wrapped by EnvKey's, and nebula secret-key rotate re-wraps the
+// rest.
+const EnvPreviousKey = "NEBULACTRL_PREVIOUS_SECRET_KEY"
+
 // ErrInvalidMasterKey marks a master key that ParseMasterKey refuses: not
 // base64, not 32 bytes, or too regular to have come from a random source.
 var ErrInvalidMasterKey = errors.New("invalid master key")
@@ -45,22 +51,26 @@ type MasterKey struct {
 // ParseMasterKey decodes the value of NEBULACTRL_SECRET_KEY: base64 (standard
 // or URL alphabet, padded or not) of exactly 32 random bytes. Errors wrap
 // ErrInvalidMasterKey and never include the value.
-func ParseMasterKey(s string) (MasterKey, error) {
+func ParseMasterKey(s string) (MasterKey, error) { return ParseMasterKeyOf(EnvKey, s) }
+
+// ParseMasterKeyOf is ParseMasterKey for the key of another variable
+// (EnvPreviousKey): errors name that variable.
+func ParseMasterKeyOf(name, s string) (MasterKey, error) {
 	// A trailing newline from `echo` or a secrets file is not part of the key.
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return MasterKey{}, fmt.Errorf("%w: %s is empty; generate one with GenerateMasterKey", ErrInvalidMasterKey, EnvKey)
+		return MasterKey{}, fmt.Errorf("%w: %s is empty; generate one with GenerateMasterKey", ErrInvalidMasterKey, name)
 	}
 	raw, ok := decodeBase64(s)
 	if !ok {
-		return MasterKey{}, fmt.Errorf("%w: %s is not base64 (%d characters)", ErrInvalidMasterKey, EnvKey, len(s))
+		return MasterKey{}, fmt.Errorf("%w: %s is not base64 (%d characters)", ErrInvalidMasterKey, name, len(s))
 	}
 	defer clear(raw)
 	if len(raw) != masterKeySize {
-		return MasterKey{}, fmt.Errorf("%w: %s decodes to %d bytes, want %d", ErrInvalidMasterKey, EnvKey, len(raw), masterKeySize)
+		return MasterKey{}, fmt.Errorf("%w: %s decodes to %d bytes, want %d", ErrInvalidMasterKey, name, len(raw), masterKeySize)
 	}
 	if why := weakness(raw); why != "" {
-		return MasterKey{}, fmt.Errorf("%w: %s is too weak (%s); generate a random one with GenerateMasterKey", ErrInvalidMasterKey, EnvKey, why)
+		return MasterKey{}, fmt.Errorf("%w: %s is too weak (%s); generate a random one with GenerateMasterKey", ErrInvalidMasterKey, name, why)
 	}
 	k := new([masterKeySize]byte)
 	copy(k[:], raw)

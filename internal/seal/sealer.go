@@ -31,28 +31,62 @@ import (
 // given master key; database and context errors are returned without it.
 var ErrUnreadable = errors.New("sealed value is unreadable")
 
-// Sealer seals and opens secret values with one master key. It is safe for
-// concurrent use.
+// Sealer seals and opens secret values. It seals new data keys with its
+// current master key and opens data keys wrapped by the current key or by
+// one of its previous keys (the key being rotated away: see RotateBatches).
+// It is safe for concurrent use.
 type Sealer struct {
-	pool   *pgxpool.Pool
-	key    MasterKey
-	logger *slog.Logger
+	pool     *pgxpool.Pool
+	key      MasterKey
+	previous []MasterKey
+	logger   *slog.Logger
 	// A pointer, so that printing a Sealer shows an address, not data keys.
 	cache *keyCache
 }
 
-// New returns a Sealer that wraps data keys with key. A zero key makes Seal
-// fail and every value unreadable.
-func New(pool *pgxpool.Pool, key MasterKey, logger *slog.Logger) *Sealer {
+// New returns a Sealer that wraps data keys with key and unwraps those
+// wrapped by key or by any of previous (during a rotation, the old master
+// key: NEBULACTRL_PREVIOUS_SECRET_KEY). A zero key makes Seal fail; zero
+// previous keys are ignored.
+func New(pool *pgxpool.Pool, key MasterKey, logger *slog.Logger, previous ...MasterKey) *Sealer {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Sealer{
-		pool:   pool,
-		key:    key,
-		logger: logger.With(slog.String("component", "seal"), slog.String("master_key", key.String())),
-		cache:  newKeyCache(defaultCacheLimit),
+	var prev []MasterKey
+	for _, p := range previous {
+		if !p.IsZero() && p.ID() != key.ID() {
+			prev = append(prev, p)
+		}
 	}
+	return &Sealer{
+		pool:     pool,
+		key:      key,
+		previous: prev,
+		logger:   logger.With(slog.String("component", "seal"), slog.String("master_key", key.String())),
+		cache:    newKeyCache(defaultCacheLimit),
+	}
+}
+
+// keyFor returns the master key of this Sealer whose id is id.
+func (s *Sealer) keyFor(id string) (MasterKey, bool) {
+	if !s.key.IsZero() && s.key.ID() == id {
+		return s.key, true
+	}
+	for _, p := range s.previous {
+		if p.ID() == id {
+			return p, true
+		}
+	}
+	return MasterKey{}, false
+}
+
+// held names the master keys this Sealer holds, for errors.
+func (s *Sealer) held() string {
+	out := EnvKey + " is " + s.key.String()
+	for _, p := range s.previous {
+		out += " and " + EnvPreviousKey + " is " + p.String()
+	}
+	return out
 }
 
 // String names the Sealer by its master key id.
@@ -152,13 +186,14 @@ func (s *Sealer) dataKey(ctx context.Context, id string) (cipher.AEAD, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading data key %s: %w", id, err)
 	}
-	if masterKeyID != s.key.ID() {
+	mk, ok := s.keyFor(masterKeyID)
+	if !ok {
 		s.logger.DebugContext(ctx, "data key wrapped by another master key",
 			slog.String("data_key_id", id), slog.String("wrapped_by", masterKeyID))
-		return nil, fmt.Errorf("unwrapping data key %s: %w: sealed with master key %s, but %s is %s",
-			id, ErrUnreadable, masterKeyID, EnvKey, s.key.String())
+		return nil, fmt.Errorf("unwrapping data key %s: %w: sealed with master key %s, but %s",
+			id, ErrUnreadable, masterKeyID, s.held())
 	}
-	aead, err := unwrapKey(s.key, wrapped, id)
+	aead, err := unwrapKey(mk, wrapped, id)
 	if err != nil {
 		s.logger.WarnContext(ctx, "data key failed to unwrap", slog.String("data_key_id", id))
 		return nil, fmt.Errorf("unwrapping data key %s: %w: %w", id, ErrUnreadable, err)
@@ -167,8 +202,8 @@ func (s *Sealer) dataKey(ctx context.Context, id string) (cipher.AEAD, error) {
 	return aead, nil
 }
 
-// Readable reports, for each of dataKeyIDs, whether the current master key
-// can unwrap it: it is recorded as wrapped by this key and does unwrap. Ids
+// Readable reports, for each of dataKeyIDs, whether the Sealer's master
+// keys can unwrap it: it is recorded as wrapped by one of them and does. Ids
 // that are unknown or not UUIDs are false. It reads all of them in one query
 // and ignores the cache, so a key rotated away since it was cached shows up.
 func (s *Sealer) Readable(ctx context.Context, dataKeyIDs []string) (map[string]bool, error) {
@@ -181,7 +216,7 @@ func (s *Sealer) Readable(ctx context.Context, dataKeyIDs []string) (map[string]
 			byCanon[u.String()] = append(byCanon[u.String()], id)
 		}
 	}
-	if len(byCanon) == 0 || s.key.IsZero() {
+	if len(byCanon) == 0 || (s.key.IsZero() && len(s.previous) == 0) {
 		return out, nil
 	}
 	canon := make([]string, 0, len(byCanon))
@@ -196,10 +231,11 @@ func (s *Sealer) Readable(ctx context.Context, dataKeyIDs []string) (map[string]
 	var id, masterKeyID string
 	var wrapped []byte
 	_, err = pgx.ForEachRow(rows, []any{&id, &masterKeyID, &wrapped}, func() error {
-		if masterKeyID != s.key.ID() {
+		mk, ok := s.keyFor(masterKeyID)
+		if !ok {
 			return nil
 		}
-		aead, err := unwrapKey(s.key, wrapped, id)
+		aead, err := unwrapKey(mk, wrapped, id)
 		if err != nil {
 			s.logger.WarnContext(ctx, "data key failed to unwrap", slog.String("data_key_id", id))
 			return nil
