@@ -143,6 +143,7 @@ type db struct {
 	managed   *pgcluster.Cluster
 	backupCfg backup.Config
 	key       seal.MasterKey
+	previous  seal.MasterKey // during a rotation: the key being rotated away
 	// failed says that the managed PostgreSQL died and could not be
 	// restarted: the server then stops with an error (exit status 1).
 	failed chan error
@@ -200,7 +201,7 @@ func startDatabase(ctx context.Context, cfg config.Config, opts Options, log *sl
 	if err := database.Migrate(ctx, d.pool, log); err != nil {
 		return d, err
 	}
-	d.key, err = masterKey(ctx, cfg, d.pool, log)
+	d.key, d.previous, err = masterKey(ctx, cfg, d.pool, log)
 	return d, err
 }
 
@@ -223,7 +224,7 @@ type components struct {
 
 func buildComponents(ctx context.Context, cfg config.Config, opts Options, log *slog.Logger, d *db, replica string) (*components, error) {
 	c := &components{store: eventstore.New(d.pool, log)}
-	sealer := seal.New(d.pool, d.key, log)
+	sealer := seal.New(d.pool, d.key, log, d.previous)
 	commands := newCommandsCounter()
 	var err error
 	if c.cmd, err = dispatch.New(dispatch.Config{Store: c.store, Logger: log, Now: opts.Now,
@@ -298,7 +299,7 @@ func (c *components) connectAgents(cfg config.Config, opts Options, log *slog.Lo
 	c.react, err = reactions.New(reactions.Config{Store: c.store, Commands: c.cmd, Logger: log, Now: opts.Now, Documents: projections.Document,
 		Reads: reads, ApprovalTTL: cfg.ApprovalTTL, StallTimeout: cfg.StallTimeout,
 		Upgrades: reactions.Upgrades{Version: opts.Version, Timeout: cfg.AgentUpgradeTimeout,
-			Sender: upgradeSender{c.link}, Offline: agentlink.ErrServerOffline, Binaries: c.link}})
+			Sender: upgradeSender{c.link}, Offline: agentlink.ErrServerOffline, Binaries: c.link, Leases: query.ServerLease}})
 	if err != nil {
 		c.link.Close()
 	}
