@@ -164,14 +164,16 @@ func (w *world) install(t *testing.T, version string) (int, string) {
 	began := time.Now()
 	cmd := exec.Command("bash", "install.sh", version)
 	cmd.Env = append(os.Environ(), w.eng.Env...)
-	cmd.Env = append(cmd.Env,
-		"NEBULACTRL_HOME="+w.home,
-		"NEBULACTRL_BACKUP_HOST_DIR="+w.backups,
-		"NEBULACTRL_IMAGE="+w.registry+"/nebulactrl",
-		"POSTGRES_IMAGE="+w.registry+"/postgres:15",
-		"NEBULACTRL_PORT="+strconv.Itoa(w.port),
-		"NEBULACTRL_PUBLIC_URL="+w.url,
-	)
+	for k, v := range map[string]string{
+		"NEBULACTRL_HOME":            w.home,
+		"NEBULACTRL_BACKUP_HOST_DIR": w.backups,
+		"NEBULACTRL_IMAGE":           w.registry + "/nebulactrl",
+		"POSTGRES_IMAGE":             w.registry + "/postgres:15",
+		"NEBULACTRL_PORT":            strconv.Itoa(w.port),
+		"NEBULACTRL_PUBLIC_URL":      w.url,
+	} {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
