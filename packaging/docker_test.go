@@ -237,7 +237,8 @@ func (w *world) onVolume(t *testing.T, script string) string {
 //     console (GET / answers the sign-in page);
 //   - a re-run with a newer version stops when the backup fails (the old
 //     version keeps running, .env unchanged), and once the backup works
-//     backs up first (the dump exists, taken for the new version) and then
+//     backs up first (one dump, of the old version's database, reused by the
+//     new version's start; the record names both versions) and then
 //     runs the new version;
 //   - the agent in a container with a restart policy (docker run
 //     --restart=always of the agent image, loaded with docker load from the
