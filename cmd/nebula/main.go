@@ -81,6 +81,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			tokenCommand(),
 			settingsCommand(),
 			backupCommand(),
+			secretKeyCommand(),
 			contextCommand(),
 			serverCommand(),
 			completionCommand(),
