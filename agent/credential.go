@@ -20,6 +20,10 @@ type CredentialStore interface {
 	// Load returns "" when there is none yet.
 	Load(ctx context.Context) (string, error)
 	Save(ctx context.Context, credential string) error
+	// Writable checks, before the agent registers, that Save will be able
+	// to keep the credential: a registration whose credential is lost
+	// leaves its name taken until someone revokes it.
+	Writable(ctx context.Context) error
 }
 
 // FileStore keeps the credential in a file readable by its owner only: the
@@ -48,6 +52,18 @@ func (f FileStore) Save(_ context.Context, credential string) error {
 		return fmt.Errorf("writing the credential: %w", err)
 	}
 	return os.Rename(tmp, f.Path)
+}
+
+// Writable creates the state directory and writes and removes a file in it.
+func (f FileStore) Writable(context.Context) error {
+	if err := os.MkdirAll(filepath.Dir(f.Path), 0o700); err != nil {
+		return fmt.Errorf("creating the state directory: %w", err)
+	}
+	probe := f.Path + ".probe"
+	if err := os.WriteFile(probe, nil, 0o600); err != nil {
+		return fmt.Errorf("the state directory is not writable: %w", err)
+	}
+	return os.Remove(probe)
 }
 
 // SecretStore keeps the credential in a Kubernetes Secret: the in-cluster
@@ -80,6 +96,17 @@ func (s SecretStore) Save(ctx context.Context, credential string) error {
 	_, err := s.Client.CoreV1().Secrets(s.Namespace).Create(ctx, sec, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("saving the credential in secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return nil
+}
+
+// Writable asks the API server, without keeping anything (a dry run),
+// whether the Secret may be created.
+func (s SecretStore) Writable(ctx context.Context) error {
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace}, Data: map[string][]byte{credentialKey: nil}}
+	_, err := s.Client.CoreV1().Secrets(s.Namespace).Create(ctx, sec, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return fmt.Errorf("the credential could not be kept in secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	return nil
 }

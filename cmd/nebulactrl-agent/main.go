@@ -266,6 +266,11 @@ func serve(c *cli.Context) error {
 		if token == "" {
 			return errors.New("no credential yet and no join token: give --join-token (from nebula cluster create) on the first start")
 		}
+		// Register only when the credential can be kept: otherwise the
+		// name would stay taken by a server that can never connect.
+		if err := store.Writable(c.Context); err != nil {
+			return fmt.Errorf("not registering, as the credential could not be kept: %w", err)
+		}
 		register := transport.Register
 		if plainRemote {
 			register = transport.RegisterPlainRemote
