@@ -262,6 +262,10 @@ type RequestUpgrade struct {
 	Force     bool
 	Auto      bool
 	RolloutID string
+	// Lease is the agent's liveness record as the caller read it from the
+	// telemetry: the upgrade is refused server_offline unless it is live at
+	// the decision's time (Lease.Live). The zero lease is not live.
+	Lease Lease
 }
 
 // VersionOrder compares two versions: cmp < 0 when a is older than b, and
@@ -291,13 +295,21 @@ func (ExpireUpgrade) serverCommand()       {}
 
 // Eligible says whether an upgrade of this agent to version to could be
 // asked for now, and why not (a refusal with its code). binaries maps
-// architecture to the SHA-256 of the binary the control plane serves.
-// Automatic and staged upgrades only take agents that are provably behind
-// (behind true).
-func (s *ServerLink) Eligible(order VersionOrder, to string, binaries map[string]string, force bool, now time.Time) (behind bool, err error) {
+// architecture to the SHA-256 of the binary the control plane serves; lease
+// is the agent's liveness record: an agent is offline when its lease is not
+// live at now (no heartbeat for LivenessWindow, or disconnected), and also
+// when this stream recorded its disconnect. Automatic and staged upgrades
+// only take agents that are provably behind (behind true).
+func (s *ServerLink) Eligible(order VersionOrder, to string, binaries map[string]string, force bool, lease Lease, now time.Time) (behind bool, err error) {
 	switch {
 	case !s.Connected:
 		return false, refuseConflict(CodeServerOffline, "the server's agent is not connected")
+	case !lease.Live(now):
+		if lease.RenewedAt == nil || !lease.Held {
+			return false, refuseConflict(CodeServerOffline, "the server's agent is not connected")
+		}
+		return false, refuseConflict(CodeServerOffline, "the server's agent is not connected: no heartbeat since %s (%s)",
+			lease.RenewedAt.UTC().Format(time.RFC3339), LivenessWindow)
 	case s.Upgrade != nil:
 		return false, refuseConflict(CodeUpgradeInProgress, "an upgrade of this agent to %s is in progress since %s", s.Upgrade.To, s.Upgrade.At.UTC().Format(time.RFC3339))
 	case s.Version == to:
@@ -343,7 +355,7 @@ func (s *ServerLink) decideUpgrade(c RequestUpgrade, m Meta) (Decision, error) {
 	if c.Versions == nil {
 		return Decision{}, invalidf("an upgrade needs the order of versions")
 	}
-	behind, err := s.Eligible(c.Versions, c.To, c.Binaries, c.Force, m.Now)
+	behind, err := s.Eligible(c.Versions, c.To, c.Binaries, c.Force, c.Lease, m.Now)
 	if err != nil {
 		return Decision{}, err
 	}

@@ -29,8 +29,23 @@ func connected(t *testing.T, v string, upgradable *bool) *domain.ServerLink {
 	return s
 }
 
+// heartbeatAt is the lease of an agent whose last heartbeat came at at.
+func heartbeatAt(at time.Time) domain.Lease { return domain.Lease{Held: true, RenewedAt: &at} }
+
+// withLease gives an upgrade request that carries no lease the lease of an
+// agent whose heartbeat came just now (at): the tests of the other refusals
+// are about live agents; TestUpgradeNeedsALiveLease gives its own.
+func withLease(c domain.ServerCommand, at time.Time) domain.ServerCommand {
+	if r, ok := c.(domain.RequestUpgrade); ok && r.Lease == (domain.Lease{}) {
+		r.Lease = heartbeatAt(at)
+		return r
+	}
+	return c
+}
+
 func decideServer(t *testing.T, s *domain.ServerLink, at time.Time, c domain.ServerCommand) []domain.Event {
 	t.Helper()
+	c = withLease(c, at)
 	m := domain.Meta{Actor: domain.System("test"), CommandID: "c", Now: at}
 	d, err := s.Decide(c, m)
 	require.NoError(t, err, "%T", c)
@@ -42,7 +57,7 @@ func decideServer(t *testing.T, s *domain.ServerLink, at time.Time, c domain.Ser
 
 func refusal(t *testing.T, s *domain.ServerLink, at time.Time, c domain.ServerCommand) string {
 	t.Helper()
-	_, err := s.Decide(c, domain.Meta{Actor: domain.System("test"), CommandID: "c", Now: at})
+	_, err := s.Decide(withLease(c, at), domain.Meta{Actor: domain.System("test"), CommandID: "c", Now: at})
 	require.Error(t, err)
 	r, ok := domain.AsUpgradeRefusal(err)
 	require.True(t, ok, "a refusal with a code: %v", err)
@@ -143,9 +158,9 @@ func TestARollbackIsLearnedFromTheFactsAndHeldFor24Hours(t *testing.T) {
 	require.Equal(t, domain.CodeRolledBackRecently, refusal(t, s, now.Add(23*time.Hour), auto))
 	forced := req
 	forced.Force = true
-	_, err := s.Decide(forced, domain.Meta{Actor: domain.System("test"), CommandID: "c", Now: now.Add(time.Hour)})
+	_, err := s.Decide(withLease(forced, now.Add(time.Hour)), domain.Meta{Actor: domain.System("test"), CommandID: "c", Now: now.Add(time.Hour)})
 	require.NoError(t, err, "force installs it anyway")
-	_, err = s.Decide(auto, domain.Meta{Actor: domain.System("test"), CommandID: "c", Now: now.Add(8*time.Minute + 24*time.Hour)})
+	_, err = s.Decide(withLease(auto, now.Add(8*time.Minute+24*time.Hour)), domain.Meta{Actor: domain.System("test"), CommandID: "c", Now: now.Add(8*time.Minute + 24*time.Hour)})
 	require.NoError(t, err, "after 24 h it is installed again")
 }
 

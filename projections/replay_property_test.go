@@ -51,6 +51,13 @@ func TestReplayEqualsLiveForAnyCommandSequence(t *testing.T) {
 	}
 }
 
+// liveLease is the lease of an agent whose heartbeat the stepping clock has
+// not left 60 s behind when the upgrade is decided (domain.Lease.Live).
+func liveLease(b *bundle) domain.Lease {
+	beat := b.clock.Now().Add(time.Hour)
+	return domain.Lease{Held: true, RenewedAt: &beat}
+}
+
 // allowed are the refusals a random sequence runs into by design.
 func allowed(err error) bool {
 	for _, e := range []error{domain.ErrNotFound, domain.ErrConflict, domain.ErrForbidden, domain.ErrInvalid} {
@@ -255,7 +262,7 @@ func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
 					Arch: "amd64", Upgradable: &yes, Session: fmt.Sprint("s", i)}))
 			}
 			must(b.cmd.Server(ctx, as(0), org, srv, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upg, To: "1.5.0",
-				Binaries: map[string]string{"amd64": "abc"}, Force: rng.IntN(3) == 0, Auto: rng.IntN(2) == 0}))
+				Binaries: map[string]string{"amd64": "abc"}, Force: rng.IntN(3) == 0, Auto: rng.IntN(2) == 0, Lease: liveLease(b)}))
 			switch rng.IntN(4) {
 			case 0:
 				must(b.cmd.Server(ctx, agent, org, srv, domain.ReportUpgradeResult{UpgradeID: upg, Version: "1.5.0", OK: true}))

@@ -12,14 +12,15 @@ import (
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/internal/reactions"
-	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 // joinTokenTTL is how long a join token lasts unless asked otherwise.
 const joinTokenTTL = 24 * time.Hour
 
+// clusterStatus is Connected while one of the cluster's servers is live at
+// the API's clock (domain.Lease.Live).
 func (a *API) clusterStatus(ctx context.Context, clusterID string) (api.ClusterStatus, error) {
-	return query.StatusOfCluster(ctx, a.pool, clusterID, a.cfg.Now(), transport.DisconnectedAfter)
+	return query.StatusOfCluster(ctx, a.pool, clusterID, a.cfg.Now())
 }
 
 func (a *API) joinToken(hours int) (domain.IssueJoinToken, string, error) {
@@ -147,13 +148,14 @@ func (a *API) revokeJoinToken(w http.ResponseWriter, r *http.Request, c *call) (
 }
 
 func (a *API) listServers(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
-	s, err := query.Servers(r.Context(), a.pool, c.cluster.ID)
+	now := a.cfg.Now()
+	s, err := query.Servers(r.Context(), a.pool, c.cluster.ID, now)
 	if err != nil {
 		return 0, nil, err
 	}
 	// Each agent's architecture, and whether there is a binary for it: what
 	// an upgrade needs, so that a client offers it only where it would work.
-	standing, err := query.ServerUpgrades(r.Context(), a.pool, c.cluster.OrgID, a.cfg.Version)
+	standing, err := query.ServerUpgrades(r.Context(), a.pool, c.cluster.OrgID, a.cfg.Version, now)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/query"
-	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 func (a *API) deploy(w http.ResponseWriter, r *http.Request, c *call) (int, any, error) {
@@ -159,7 +158,7 @@ func (a *API) deploymentView(ctx context.Context, q eventstore.Querier, c *call,
 	if err != nil {
 		return api.DeploymentView{}, err
 	}
-	st, err := query.StatusOfCluster(ctx, q, c.env.ClusterID, a.cfg.Now(), transport.DisconnectedAfter)
+	st, err := query.StatusOfCluster(ctx, q, c.env.ClusterID, a.cfg.Now())
 	if err != nil {
 		return api.DeploymentView{}, err
 	}

@@ -50,7 +50,7 @@ func (a *API) upgradeServer(w http.ResponseWriter, r *http.Request, c *call) (in
 	}
 	ctx := r.Context()
 	id := r.PathValue("server")
-	srv, err := query.ServerUpgradeByID(ctx, a.pool, id, a.cfg.Version)
+	srv, err := query.ServerUpgradeByID(ctx, a.pool, id, a.cfg.Version, a.cfg.Now())
 	if err != nil {
 		return 0, nil, named(err, "server "+id)
 	}
@@ -58,9 +58,16 @@ func (a *API) upgradeServer(w http.ResponseWriter, r *http.Request, c *call) (in
 	if err := a.allow(c, srv.OrgID, domain.ScopeServersWrite); err != nil {
 		return 0, nil, named(err, "server "+id)
 	}
+	// The command carries the agent's lease: the domain refuses an agent
+	// with no heartbeat for 60 s server_offline (domain.Lease.Live), even
+	// when its replica died without recording a disconnect.
+	lease, err := query.ServerLease(ctx, a.pool, srv.ID)
+	if err != nil {
+		return 0, nil, err
+	}
 	upgradeID := uuid.NewString()
 	res, err := a.cmd.Server(ctx, commandContext(r, c), srv.OrgID, srv.ID, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upgradeID, To: a.cfg.Version,
-		Binaries: reactions.BinaryHashes(a.agentBinaries()), Force: req.Force})
+		Binaries: reactions.BinaryHashes(a.agentBinaries()), Force: req.Force, Lease: lease})
 	if err != nil {
 		return 0, nil, refusal(err)
 	}
@@ -91,14 +98,15 @@ func (a *API) upgradeRollout(w http.ResponseWriter, r *http.Request, c *call) (i
 		return 0, nil, errorf(http.StatusUnprocessableEntity, domain.CodeNoAgentBinary,
 			"this control plane carries no agent binary (a build without embedded agents): build it with go tool task build")
 	}
-	servers, err := query.ServerUpgrades(ctx, a.pool, org.ID, a.cfg.Version)
+	// The servers that can be upgraded now: connected (live at now: a
+	// heartbeat within 60 s), provably behind, able to upgrade themselves,
+	// with a binary for their architecture, not upgrading already, and not
+	// having rolled this version back lately.
+	now := a.cfg.Now()
+	servers, err := query.ServerUpgrades(ctx, a.pool, org.ID, a.cfg.Version, now)
 	if err != nil {
 		return 0, nil, err
 	}
-	// The servers that can be upgraded now: connected, provably behind,
-	// able to upgrade themselves, with a binary for their architecture, not
-	// upgrading already, and not having rolled this version back lately.
-	now := a.cfg.Now()
 	var steps []domain.RolloutServer
 	var names []string
 	for _, s := range servers {
@@ -133,7 +141,7 @@ func (a *API) instanceUpgrade(w http.ResponseWriter, r *http.Request, c *call) (
 	if err != nil {
 		return 0, nil, err
 	}
-	servers, err := query.ServerUpgrades(ctx, a.pool, "", a.cfg.Version)
+	servers, err := query.ServerUpgrades(ctx, a.pool, "", a.cfg.Version, a.cfg.Now())
 	if err != nil {
 		return 0, nil, err
 	}

@@ -3,10 +3,12 @@ package query
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
@@ -53,16 +55,19 @@ func JoinTokens(ctx context.Context, q eventstore.Querier, clusterID string) ([]
 }
 
 // Servers lists the servers of a cluster by name, those whose credential is
-// revoked last.
-func Servers(ctx context.Context, q eventstore.Querier, clusterID string) ([]api.Server, error) {
+// revoked last. Connected is whether the server is live at now
+// (domain.Lease.Live: a heartbeat within 60 s, not disconnected since).
+func Servers(ctx context.Context, q eventstore.Querier, clusterID string, now time.Time) ([]api.Server, error) {
 	if !validID(clusterID) {
 		return []api.Server{}, nil
 	}
 	return list(ctx, q, "servers of cluster "+clusterID, func(row pgx.Row) (api.Server, error) {
 		var s api.Server
 		var last []byte
-		err := row.Scan(&s.ID, &s.ClusterID, &s.Name, &s.RegisteredAt, &s.RevokedAt, &s.Version, &s.Connected, &s.LastHeartbeatAt,
+		var held bool
+		err := row.Scan(&s.ID, &s.ClusterID, &s.Name, &s.RegisteredAt, &s.RevokedAt, &s.Version, &held, &s.LastHeartbeatAt,
 			&s.CannotUpgrade, &last)
+		s.Connected = domain.Lease{Held: held, RenewedAt: s.LastHeartbeatAt}.Live(now)
 		if err == nil {
 			s.LastUpgrade, err = decodeLastUpgrade(last)
 		}

@@ -53,7 +53,7 @@ func TestClustersJoinTokensServers(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 
-	servers, err := query.Servers(ctx, d.pool, eu)
+	servers, err := query.Servers(ctx, d.pool, eu, at(41))
 	require.NoError(t, err)
 	require.Len(t, servers, 3)
 	require.Equal(t, []string{s1, s2, s0}, []string{servers[0].ID, servers[1].ID, servers[2].ID})
@@ -66,16 +66,22 @@ func TestClustersJoinTokensServers(t *testing.T) {
 	// What the agent last reported: its version, connection and heartbeat.
 	d.exec(`INSERT INTO server_status (server_id, org_id, cluster_id, replica, version, arch, facts, connected, connected_at, last_heartbeat_at)
 		VALUES ($1, $2, $3, 'r1', '1.4.2', 'arm64', '{}', true, $4, $5)`, s2, acme, eu, at(40), at(41))
-	servers, err = query.Servers(ctx, d.pool, eu)
+	servers, err = query.Servers(ctx, d.pool, eu, at(41).Add(59*time.Second))
 	require.NoError(t, err)
 	require.Equal(t, s2, servers[1].ID)
 	require.Equal(t, "1.4.2", servers[1].Version)
-	require.True(t, servers[1].Connected)
+	require.True(t, servers[1].Connected, "live 59 s after its heartbeat")
 	require.NotNil(t, servers[1].LastHeartbeatAt)
 	require.True(t, servers[1].LastHeartbeatAt.Equal(at(41)))
 	require.Empty(t, servers[0].Version, "a server whose agent never connected")
 	require.False(t, servers[0].Connected)
 	require.Nil(t, servers[0].LastHeartbeatAt)
+	// No heartbeat for 61 s: not connected, though no disconnect was
+	// recorded (its replica died); the heartbeat's time stays.
+	servers, err = query.Servers(ctx, d.pool, eu, at(41).Add(61*time.Second))
+	require.NoError(t, err)
+	require.False(t, servers[1].Connected, "61 s without a heartbeat")
+	require.True(t, servers[1].LastHeartbeatAt.Equal(at(41)))
 
 	joinToken := func(cluster, hash string, created int, revoked *time.Time) string {
 		j := id()

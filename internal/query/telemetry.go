@@ -2,28 +2,63 @@ package query
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
-// StatusOfCluster reads the heartbeats of a cluster's servers; now and the
-// threshold come from the caller, so tests use an injected clock.
-func StatusOfCluster(ctx context.Context, q eventstore.Querier, clusterID string, now time.Time, after time.Duration) (api.ClusterStatus, error) {
-	var st api.ClusterStatus
-	err := q.QueryRow(ctx, `SELECT max(s.last_heartbeat_at), count(*) FILTER (WHERE s.connected AND s.last_heartbeat_at > $2)
-		FROM server_status s JOIN servers v ON v.id = s.server_id AND v.revoked_at IS NULL WHERE s.cluster_id = $1`,
-		clusterID, now.Add(-after)).Scan(&st.LastHeartbeatAt, &st.ConnectedAgents)
+// StatusOfCluster reads the leases of a cluster's live servers (credential
+// not revoked): the cluster is Connected while one of them is live at now
+// (domain.Lease.Live, the one rule), and ConnectedAgents counts those. now
+// is the caller's clock, so tests inject it.
+func StatusOfCluster(ctx context.Context, q eventstore.Querier, clusterID string, now time.Time) (api.ClusterStatus, error) {
+	st := api.ClusterStatus{State: api.StateDisconnected}
+	rows, err := q.Query(ctx, `SELECT s.connected, s.last_heartbeat_at
+		FROM server_status s JOIN servers v ON v.id = s.server_id AND v.revoked_at IS NULL WHERE s.cluster_id = $1`, clusterID)
 	if err != nil {
 		return st, fmt.Errorf("status of cluster %s: %w", clusterID, err)
 	}
-	st.State = api.StateDisconnected
-	if st.LastHeartbeatAt != nil && now.Sub(*st.LastHeartbeatAt) < after {
+	leases, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Lease, error) {
+		var l domain.Lease
+		err := r.Scan(&l.Held, &l.RenewedAt)
+		return l, err
+	})
+	if err != nil {
+		return st, fmt.Errorf("status of cluster %s: %w", clusterID, err)
+	}
+	for _, l := range leases {
+		if l.RenewedAt != nil && (st.LastHeartbeatAt == nil || l.RenewedAt.After(*st.LastHeartbeatAt)) {
+			st.LastHeartbeatAt = l.RenewedAt
+		}
+	}
+	if st.ConnectedAgents = domain.LiveCount(leases, now); st.ConnectedAgents > 0 {
 		st.State = api.StateConnected
 	}
 	return st, nil
+}
+
+// ServerLease reads a server's liveness record (the zero lease when its
+// agent never connected): what an upgrade command carries, for the domain
+// to decide with domain.Lease.Live at the command's time.
+func ServerLease(ctx context.Context, q eventstore.Querier, serverID string) (domain.Lease, error) {
+	var l domain.Lease
+	if !validID(serverID) {
+		return l, nil
+	}
+	err := q.QueryRow(ctx, `SELECT connected, last_heartbeat_at FROM server_status WHERE server_id = $1`, serverID).Scan(&l.Held, &l.RenewedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.Lease{}, nil
+	}
+	if err != nil {
+		return domain.Lease{}, fmt.Errorf("the lease of server %s: %w", serverID, err)
+	}
+	return l, nil
 }
 
 // Acknowledgements lists the servers' last acknowledgements of an environment.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/version"
 )
@@ -22,18 +24,20 @@ func Skew(agentVersion, controlPlane string) string {
 }
 
 const serverUpgradeColumns = `s.id::text, s.org_id::text, s.cluster_id::text, o.name || '/' || c.name || '/' || s.name, s.name,
-	coalesce(st.connected, false), coalesce(st.version, ''), coalesce(st.arch, ''), coalesce(s.cannot_upgrade, ''), s.last_upgrade`
+	coalesce(st.connected, false), st.last_heartbeat_at, coalesce(st.version, ''), coalesce(st.arch, ''), coalesce(s.cannot_upgrade, ''), s.last_upgrade`
 
 const serverUpgradeFrom = ` FROM servers s JOIN clusters c ON c.id = s.cluster_id JOIN organisations o ON o.id = s.org_id
 	LEFT JOIN server_status st ON st.server_id = s.id`
 
-func scanServerUpgrade(controlPlane string) scanFunc[api.ServerUpgrade] {
+func scanServerUpgrade(controlPlane string, now time.Time) scanFunc[api.ServerUpgrade] {
 	return func(row pgx.Row) (api.ServerUpgrade, error) {
 		var s api.ServerUpgrade
 		var last []byte
-		if err := row.Scan(&s.ID, &s.OrgID, &s.ClusterID, &s.Server, &s.Name, &s.Connected, &s.Version, &s.Arch, &s.CannotUpgrade, &last); err != nil {
+		var lease domain.Lease
+		if err := row.Scan(&s.ID, &s.OrgID, &s.ClusterID, &s.Server, &s.Name, &lease.Held, &lease.RenewedAt, &s.Version, &s.Arch, &s.CannotUpgrade, &last); err != nil {
 			return s, err
 		}
+		s.Connected = lease.Live(now)
 		s.Skew = Skew(s.Version, controlPlane)
 		var err error
 		s.LastUpgrade, err = decodeLastUpgrade(last)
@@ -55,25 +59,26 @@ func decodeLastUpgrade(raw []byte) (*api.LastUpgrade, error) {
 // ServerUpgrades lists the live servers (credential not revoked, cluster not
 // deleted) of an organisation, or of every organisation for orgID "", in
 // name order (then cluster, organisation), with their agents' standing
-// against the control plane's version.
-func ServerUpgrades(ctx context.Context, q eventstore.Querier, orgID, controlPlane string) ([]api.ServerUpgrade, error) {
+// against the control plane's version; Connected is whether each is live at
+// now (domain.Lease.Live).
+func ServerUpgrades(ctx context.Context, q eventstore.Querier, orgID, controlPlane string, now time.Time) ([]api.ServerUpgrade, error) {
 	if orgID != "" && !validID(orgID) {
 		return []api.ServerUpgrade{}, nil
 	}
-	return list(ctx, q, "the agents' versions", scanServerUpgrade(controlPlane),
+	return list(ctx, q, "the agents' versions", scanServerUpgrade(controlPlane, now),
 		`SELECT `+serverUpgradeColumns+serverUpgradeFrom+`
 		WHERE s.revoked_at IS NULL AND c.deleted_at IS NULL AND ($1 = '' OR s.org_id::text = $1)
 		ORDER BY s.name, c.name, o.name, s.id`, orgID)
 }
 
 // ServerUpgradeByID finds a live server by id, in any organisation (the
-// caller checks the caller's access to OrgID).
-func ServerUpgradeByID(ctx context.Context, q eventstore.Querier, id, controlPlane string) (api.ServerUpgrade, error) {
+// caller checks the caller's access to OrgID); Connected as of now.
+func ServerUpgradeByID(ctx context.Context, q eventstore.Querier, id, controlPlane string, now time.Time) (api.ServerUpgrade, error) {
 	what := "server " + id
 	if !validID(id) {
 		return api.ServerUpgrade{}, notFound("%s", what)
 	}
-	return one(ctx, q, what, scanServerUpgrade(controlPlane),
+	return one(ctx, q, what, scanServerUpgrade(controlPlane, now),
 		`SELECT `+serverUpgradeColumns+serverUpgradeFrom+` WHERE s.id = $1 AND s.revoked_at IS NULL AND c.deleted_at IS NULL`, id)
 }
 

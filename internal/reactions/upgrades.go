@@ -72,6 +72,24 @@ type Upgrades struct {
 	// Timeout is how long an upgraded agent has to connect again with the
 	// target version (default domain.DefaultAgentUpgradeTimeout).
 	Timeout time.Duration
+	// Leases reads a server's liveness record (query.ServerLease): each
+	// upgrade the reactions ask for carries it, and the domain refuses an
+	// agent whose lease is not live (server_offline). Without it every
+	// automatic or staged upgrade is refused as offline.
+	Leases func(ctx context.Context, q eventstore.Querier, serverID string) (domain.Lease, error)
+}
+
+// lease reads a server's lease for an upgrade command (the zero lease, not
+// live, without a reader).
+func (r *Reactions) lease(ctx context.Context, q eventstore.Querier, serverID string) (domain.Lease, error) {
+	if r.cfg.Upgrades.Leases == nil {
+		return domain.Lease{}, nil
+	}
+	l, err := r.cfg.Upgrades.Leases(ctx, q, serverID)
+	if err != nil {
+		return domain.Lease{}, fmt.Errorf("reading the lease of server %s: %w", serverID, err)
+	}
+	return l, nil
 }
 
 // BinaryHashes maps each architecture src serves to the SHA-256 of its
@@ -144,9 +162,13 @@ func (r *Reactions) autoUpgrade(ctx context.Context, tx pgx.Tx, e eventstore.Eve
 	if !on {
 		return nil
 	}
+	lease, err := r.lease(ctx, tx, d.ServerID)
+	if err != nil {
+		return err
+	}
 	id := domain.DeriveID(strconv.FormatInt(e.Position, 10), "auto-upgrade", d.ServerID)
 	_, err = r.cfg.Commands.Server(ctx, c, e.OrgID, d.ServerID, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: id, To: target,
-		Binaries: BinaryHashes(r.cfg.Upgrades.Binaries), Auto: true})
+		Binaries: BinaryHashes(r.cfg.Upgrades.Binaries), Auto: true, Lease: lease})
 	return ignoreDecided(err, r.cfg.Logger, "upgrading the agent of server "+d.ServerID+" automatically")
 }
 
@@ -325,8 +347,12 @@ func (r *Reactions) advanceRollout(ctx context.Context, tx pgx.Tx, c dispatch.Co
 	}
 	hashes := BinaryHashes(r.cfg.Upgrades.Binaries)
 	for _, s := range started.Servers[min(next, len(started.Servers)):] {
-		_, err := r.cfg.Commands.Server(ctx, c, orgID, s.ServerID, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: domain.DeriveID(rolloutID, s.ServerID),
-			To: r.cfg.Upgrades.Version, Binaries: hashes, RolloutID: rolloutID})
+		lease, err := r.lease(ctx, tx, s.ServerID)
+		if err != nil {
+			return err
+		}
+		_, err = r.cfg.Commands.Server(ctx, c, orgID, s.ServerID, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: domain.DeriveID(rolloutID, s.ServerID),
+			To: r.cfg.Upgrades.Version, Binaries: hashes, RolloutID: rolloutID, Lease: lease})
 		if err == nil {
 			return nil
 		}
