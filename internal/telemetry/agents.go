@@ -11,6 +11,12 @@ import (
 // The agents' connections and acknowledgements (server_status,
 // revision_acks): kept as telemetry, not events. The agent link bounds
 // what an agent sends before it calls these.
+//
+// A server_status row is the server's lease (domain.Lease): connected is
+// Held, last_heartbeat_at RenewedAt. The hello takes it, each heartbeat
+// renews it, a clean disconnect releases it; nobody needs to release what a
+// replica that died held, since the lease expires by time. Whether it is
+// live is decided by domain.Lease.Live alone, never from connected.
 
 // Connection is what an agent's hello tells of its server's connection.
 type Connection struct {
@@ -21,7 +27,8 @@ type Connection struct {
 	At                     time.Time
 }
 
-// SaveConnected records that a server's agent connected (and said hello).
+// SaveConnected records that a server's agent connected (and said hello):
+// it takes the server's lease.
 func (s *Store) SaveConnected(ctx context.Context, src Source, c Connection) error {
 	facts, _ := json.Marshal(c.Facts)
 	_, err := s.pool.Exec(ctx, `INSERT INTO server_status (server_id, org_id, cluster_id, replica, version, arch, facts, leader, connected, connected_at, last_heartbeat_at)
@@ -33,7 +40,8 @@ func (s *Store) SaveConnected(ctx context.Context, src Source, c Connection) err
 	return err
 }
 
-// SaveHeartbeat keeps a server's last-seen time and whether its agent leads.
+// SaveHeartbeat keeps a server's last-seen time and whether its agent leads:
+// it renews the server's lease.
 func (s *Store) SaveHeartbeat(ctx context.Context, serverID string, leader bool, at time.Time) error {
 	_, err := s.pool.Exec(ctx, `UPDATE server_status SET last_heartbeat_at = $2, leader = $3, connected = true WHERE server_id = $1`,
 		serverID, at, leader)
@@ -41,7 +49,8 @@ func (s *Store) SaveHeartbeat(ctx context.Context, serverID string, leader bool,
 }
 
 // SaveDisconnected records that a server's connection to replica ended (a
-// connection to another replica since is left as it is).
+// connection to another replica since is left as it is): it releases the
+// server's lease.
 func (s *Store) SaveDisconnected(ctx context.Context, serverID, replica string) error {
 	_, err := s.pool.Exec(ctx, `UPDATE server_status SET connected = false WHERE server_id = $1 AND replica = $2`, serverID, replica)
 	return err
