@@ -20,7 +20,7 @@ var sqlOwners = map[string]string{
 	"projections":                   "the read models it builds (and their reads for the agent link, the reactions, the metrics)",
 	"internal/query":                "the API's reads of the read models and the telemetry",
 	"internal/telemetry":            "agents' status, acknowledgements, logs and their partitions",
-	"internal/seal":                 "data_keys",
+	"internal/seal":                 "data_keys, retired_master_keys",
 	"internal/backup":               "control_plane_version, pre_upgrade_backups, the pre-upgrade check",
 	"internal/jobs":                 "job_runs and the leader lock",
 	"internal/database":             "the managed database itself and the migrations",

@@ -71,7 +71,7 @@ const (
 
 // Names lists every variable the control plane reads, for documentation
 // checks.
-var Names = []string{EnvDatabaseURL, EnvSecretKey, EnvPublicURL, EnvListen, EnvDataDir, EnvLogLevel, EnvLogFormat,
+var Names = []string{EnvDatabaseURL, EnvSecretKey, EnvPreviousSecretKey, EnvPublicURL, EnvListen, EnvDataDir, EnvLogLevel, EnvLogFormat,
 	EnvMetricsListen, EnvTLSCert, EnvTLSKey, EnvInsecureRegistries, EnvAllowedRegistries, EnvRegistryDenyPrivate,
 	EnvRegistryAuthFile, EnvRegistryAuth, EnvApprovalTTL, EnvStallTimeout, EnvAgentUpgradeTimeout}
 
