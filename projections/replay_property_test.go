@@ -309,8 +309,60 @@ func runRandomCommands(t *testing.T, b *bundle, rng *rand.Rand, n int) {
 			b.catchUp(t)
 		}
 	}
+	// Whatever the sequence reached, each kind of upgrade and rollout event
+	// happens at least once: an upgrade done, one failed, one expired, a
+	// rollout halted and one completed, and the settings changed.
+	srv := id()
+	connect := func(v string) {
+		t.Helper()
+		require.NoError(t, second(b.cmd.Server(ctx, agent, org, srv, domain.RecordConnection{ClusterID: cluster, ServerID: srv, Connected: true, Version: v,
+			Arch: "amd64", Upgradable: &yes, Session: id()})))
+	}
+	jt := id()
+	require.NoError(t, second(b.cmd.Cluster(ctx, as(0), org, cluster, domain.IssueJoinToken{TokenID: jt, TokenHash: "h", ExpiresAt: b.clock.Now().Add(time.Hour)})))
+	require.NoError(t, second(b.cmd.Cluster(ctx, agent, org, cluster, domain.RegisterServer{ServerID: srv, Name: "agent-last", CredentialHash: "c", JoinTokenID: jt})))
+	for _, end := range []domain.ServerCommand{
+		domain.ReportUpgradeResult{Version: "1.5.0", OK: true},
+		domain.ReportUpgradeResult{Version: "1.0.0", Step: "download", Error: "checksum mismatch"},
+		domain.ExpireUpgrade{Timeout: time.Second},
+	} {
+		connect("1.0.0")
+		upg := id()
+		require.NoError(t, second(b.cmd.Server(ctx, as(0), org, srv, domain.RequestUpgrade{Versions: version.Compare, UpgradeID: upg, To: "1.5.0",
+			Binaries: map[string]string{"amd64": "abc"}, Force: true, Lease: liveLease(b)})))
+		switch e := end.(type) {
+		case domain.ReportUpgradeResult:
+			e.UpgradeID = upg
+			end = e
+		case domain.ExpireUpgrade:
+			e.UpgradeID = upg
+			end = e
+		}
+		require.NoError(t, second(b.cmd.Server(ctx, agent, org, srv, end)))
+		if r, ok := end.(domain.ReportUpgradeResult); ok && r.OK {
+			connect("1.5.0") // the agent comes back with the new version: upgraded
+		}
+	}
+	for _, halt := range []bool{true, false} {
+		roll := id()
+		require.NoError(t, second(b.cmd.Organisation(ctx, as(0), org, domain.StartRollout{OrgID: org, RolloutID: roll, Version: "1.5.0",
+			Servers: []domain.RolloutServer{{ServerID: srv, ClusterID: cluster, Name: "agent-last"}}})))
+		if halt {
+			require.NoError(t, second(b.cmd.Organisation(ctx, as(0), org, domain.HaltRollout{RolloutID: roll, ServerID: srv, Reason: "the agent rolled the upgrade back"})))
+		} else {
+			require.NoError(t, second(b.cmd.Organisation(ctx, as(0), org, domain.CompleteRollout{RolloutID: roll})))
+		}
+	}
+	auto := true
+	for range 2 {
+		auto = !auto
+		require.NoError(t, second(b.cmd.Instance(ctx, as(0), domain.SetAgentAutoUpgrade{Enabled: auto})))
+	}
 	b.catchUp(t)
 }
+
+// second is the error of a command's result.
+func second(_ dispatch.Result, err error) error { return err }
 
 // checkHistoryRebuilds checks that what releases and revisions record (the
 // changes) rebuilds what they stand for: every release's whole variable set,
