@@ -53,9 +53,9 @@ type Server struct {
 	Name         string     `json:"name"`
 	RegisteredAt time.Time  `json:"registeredAt"`
 	RevokedAt    *time.Time `json:"revokedAt,omitempty"`
-	// Version, Connected and LastHeartbeatAt are what its agent last
-	// reported (empty, false and null before it first connected); whether
-	// it counts as connected now also depends on how old the heartbeat is.
+	// Version and LastHeartbeatAt are what its agent last reported (empty
+	// and null before it first connected); Connected says whether it is live
+	// now: its connection's lease held and a heartbeat within the last 60 s.
 	Version         string     `json:"version"`
 	Connected       bool       `json:"connected"`
 	LastHeartbeatAt *time.Time `json:"lastHeartbeatAt"`

@@ -17,8 +17,8 @@ type LogPage struct {
 
 // ClusterStatus is whether a cluster's agents are in touch.
 type ClusterStatus struct {
-	// State is Connected or Disconnected: no heartbeat for DisconnectedAfter
-	// from any of its servers.
+	// State is Connected while one of its servers is live (a heartbeat
+	// within the last 60 s), else Disconnected.
 	State           string     `json:"state"`
 	LastHeartbeatAt *time.Time `json:"lastHeartbeatAt,omitempty"`
 	ConnectedAgents int        `json:"connectedAgents"`

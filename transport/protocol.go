@@ -26,9 +26,6 @@ const ProtocolVersion = 1
 // Timings of the link (from the product's description).
 const (
 	HeartbeatInterval = 15 * time.Second
-	// DisconnectedAfter is how long without a heartbeat before a cluster
-	// shows Disconnected.
-	DisconnectedAfter = 60 * time.Second
 )
 
 // MaxFrame bounds a frame: a desired-state document of a large environment

@@ -5,13 +5,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/client"
-	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 // clusterView is a cluster as cluster list and cluster get print it: the
@@ -36,14 +34,16 @@ const (
 	serverRevoked = "Revoked"
 )
 
-func viewServers(ss []api.Server, now time.Time) []serverView {
+// viewServers names each server's state: the API says whether its agent
+// is live (the one liveness rule, applied by the control plane).
+func viewServers(ss []api.Server) []serverView {
 	out := make([]serverView, 0, len(ss))
 	for _, s := range ss {
 		st := api.StateDisconnected
 		switch {
 		case s.RevokedAt != nil:
 			st = serverRevoked
-		case s.Connected && s.LastHeartbeatAt != nil && now.Sub(*s.LastHeartbeatAt) < transport.DisconnectedAfter:
+		case s.Connected:
 			st = api.StateConnected
 		}
 		out = append(out, serverView{Server: s, State: st})
@@ -149,7 +149,7 @@ Example:
 				if err != nil {
 					return err
 				}
-				x.serverTable(viewServers(ss, timeNow()))
+				x.serverTable(viewServers(ss))
 				return nil
 			})
 		},
@@ -216,7 +216,7 @@ Example:
 				var ss []serverView
 				return x.read(&ss, func(ctx context.Context) error {
 					s, err := cl.Servers(ctx, a.Org, a.Cluster)
-					ss = viewServers(s, timeNow())
+					ss = viewServers(s)
 					return err
 				}, func() error {
 					x.serverTable(ss)
