@@ -298,6 +298,16 @@ func Build(s Spec) (v1.Image, error) {
 		return nil, fmt.Errorf("unknown image %q", s.Kind)
 	}
 	cfg.Env = env
+	img, err := assemble(s, layers, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return mutate.Annotations(img, map[string]string{LabelVersion: s.Version, LabelSource: s.Source}).(v1.Image), nil
+}
+
+// assemble makes an OCI image of the layers (each a set of files) with the
+// configuration cfg, for s's platform and creation time.
+func assemble(s Spec, layers [][]file, cfg v1.Config) (v1.Image, error) {
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	for _, files := range layers {
@@ -317,11 +327,7 @@ func Build(s Spec) (v1.Image, error) {
 	cf.Config = cfg
 	cf.OS, cf.Architecture, cf.Variant = s.Platform.OS, s.Platform.Architecture, s.Platform.Variant
 	cf.Created = v1.Time{Time: s.Created}
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		return nil, err
-	}
-	return mutate.Annotations(img, map[string]string{LabelVersion: s.Version, LabelSource: s.Source}).(v1.Image), nil
+	return mutate.ConfigFile(img, cf)
 }
 
 // BuildIndex makes an image index of one image per platform.

@@ -14,9 +14,6 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Postgres is a PostgreSQL server image made of this machine's Debian
@@ -280,23 +277,7 @@ func BuildPostgres(s Spec) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	for _, files := range layers {
-		l, err := layer(files, s.Created)
-		if err != nil {
-			return nil, err
-		}
-		if img, err = mutate.AppendLayers(img, l); err != nil {
-			return nil, err
-		}
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.Config = v1.Config{
+	return assemble(s, layers, v1.Config{
 		User:         fmt.Sprintf("%d:%d", PostgresUID, PostgresUID),
 		Env:          []string{"PATH=" + s.PGBinDir + ":/usr/local/bin:/bin", "PGDATA=" + PGData, "LANG=C"},
 		Entrypoint:   []string{Entrypoint},
@@ -305,8 +286,5 @@ func BuildPostgres(s Spec) (v1.Image, error) {
 		Volumes:      map[string]struct{}{PGData: {}},
 		StopSignal:   "SIGINT",
 		Labels:       map[string]string{LabelVersion: s.Version, LabelSource: s.Source, LabelTitle: string(Postgres)},
-	}
-	cf.OS, cf.Architecture, cf.Variant = s.Platform.OS, s.Platform.Architecture, s.Platform.Variant
-	cf.Created = v1.Time{Time: s.Created}
-	return mutate.ConfigFile(img, cf)
+	})
 }
