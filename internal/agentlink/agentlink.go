@@ -336,7 +336,7 @@ func (l *Link) record(ctx context.Context, p transport.Peer, cmd domain.RecordCo
 // OnHello records the connection.
 func (l *Link) OnHello(ctx context.Context, p transport.Peer, h transport.Hello) {
 	if err := l.status.SaveConnected(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, telemetry.Connection{ServerID: p.ServerID,
-		Replica: l.cfg.Replica, Version: truncate(h.Version, 64), Arch: truncate(h.Arch, 16), Facts: h.Facts, At: l.cfg.Now().UTC()}); err != nil {
+		Replica: l.cfg.Replica, Session: p.Session, Version: truncate(h.Version, 64), Arch: truncate(h.Arch, 16), Facts: h.Facts, At: l.cfg.Now().UTC()}); err != nil {
 		l.cfg.Logger.Warn("recording an agent's hello", "server", p.Name, "err", err)
 	}
 	l.record(ctx, p, domain.RecordConnection{Connected: true, Version: truncateUTF8(h.Version, 64), Arch: truncateUTF8(h.Arch, 16),
@@ -420,7 +420,7 @@ func truncateUTF8(s string, n int) string {
 
 // OnDisconnect records that the connection ended.
 func (l *Link) OnDisconnect(ctx context.Context, p transport.Peer, reason string) {
-	if err := l.status.SaveDisconnected(ctx, p.ServerID, l.cfg.Replica); err != nil {
+	if err := l.status.SaveDisconnected(ctx, p.ServerID, l.cfg.Replica, p.Session); err != nil {
 		l.cfg.Logger.Warn("recording a disconnect", "server", p.Name, "err", err)
 	}
 	l.record(ctx, p, domain.RecordConnection{Connected: false, Reason: truncateUTF8(reason, 200)})

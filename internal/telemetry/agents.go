@@ -21,22 +21,23 @@ import (
 // Connection is what an agent's hello tells of its server's connection.
 type Connection struct {
 	ServerID string
-	// Replica is the control-plane process the agent is connected to.
-	Replica, Version, Arch string
-	Facts                  transport.Facts
-	At                     time.Time
+	// Replica is the control-plane process the agent is connected to, and
+	// Session the connection (a new one at each connect).
+	Replica, Session, Version, Arch string
+	Facts                           transport.Facts
+	At                              time.Time
 }
 
 // SaveConnected records that a server's agent connected (and said hello):
 // it takes the server's lease.
 func (s *Store) SaveConnected(ctx context.Context, src Source, c Connection) error {
 	facts, _ := json.Marshal(c.Facts)
-	_, err := s.pool.Exec(ctx, `INSERT INTO server_status (server_id, org_id, cluster_id, replica, version, arch, facts, leader, connected, connected_at, last_heartbeat_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, true, $9, $9)
-		ON CONFLICT (server_id) DO UPDATE SET replica = EXCLUDED.replica, version = EXCLUDED.version, arch = EXCLUDED.arch,
+	_, err := s.pool.Exec(ctx, `INSERT INTO server_status (server_id, org_id, cluster_id, replica, session, version, arch, facts, leader, connected, connected_at, last_heartbeat_at)
+		VALUES ($1, $2, $3, $4, $10, $5, $6, $7, $8, true, $9, $9)
+		ON CONFLICT (server_id) DO UPDATE SET replica = EXCLUDED.replica, session = EXCLUDED.session, version = EXCLUDED.version, arch = EXCLUDED.arch,
 			facts = EXCLUDED.facts, leader = EXCLUDED.leader, connected = true, connected_at = EXCLUDED.connected_at,
 			last_heartbeat_at = EXCLUDED.last_heartbeat_at`,
-		c.ServerID, src.OrgID, src.ClusterID, c.Replica, c.Version, c.Arch, facts, c.Facts.Leader, c.At)
+		c.ServerID, src.OrgID, src.ClusterID, c.Replica, c.Version, c.Arch, facts, c.Facts.Leader, c.At, c.Session)
 	return err
 }
 
@@ -48,11 +49,13 @@ func (s *Store) SaveHeartbeat(ctx context.Context, serverID string, leader bool,
 	return err
 }
 
-// SaveDisconnected records that a server's connection to replica ended (a
-// connection to another replica since is left as it is): it releases the
-// server's lease.
-func (s *Store) SaveDisconnected(ctx context.Context, serverID, replica string) error {
-	_, err := s.pool.Exec(ctx, `UPDATE server_status SET connected = false WHERE server_id = $1 AND replica = $2`, serverID, replica)
+// SaveDisconnected records that a server's connection (session, to
+// replica) ended: it releases the server's lease, unless another connection
+// took it since (to another replica, or a new one to the same replica whose
+// hello came before this one's disconnect).
+func (s *Store) SaveDisconnected(ctx context.Context, serverID, replica, session string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE server_status SET connected = false WHERE server_id = $1 AND replica = $2 AND session = $3`,
+		serverID, replica, session)
 	return err
 }
 
