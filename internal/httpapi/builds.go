@@ -371,6 +371,7 @@ func (a *API) buildLogEvents(w http.ResponseWriter, r *http.Request, c *call) (i
 			if len(lines) < 1000 {
 				break
 			}
+			s.recheck() // the next page is read later
 		}
 		if cur.Status != status {
 			status = cur.Status

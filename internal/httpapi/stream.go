@@ -58,6 +58,14 @@ type sse struct {
 	guarded bool
 }
 
+// recheck makes the next event check access first (a stream that reads
+// again within one step calls it before sending what it read).
+func (s *sse) recheck() {
+	if s.guard != nil {
+		s.guarded = false
+	}
+}
+
 // errAccessEnded ends a stream whose principal lost access.
 var errAccessEnded = errors.New("access ended")
 
@@ -192,7 +200,7 @@ func (a *API) follow(ctx context.Context, r *http.Request, rt *route, s *sse, st
 			}
 		}
 		poll.Stop()
-		s.guarded = false
+		s.recheck()
 	}
 }
 
@@ -344,6 +352,9 @@ func (a *API) auditStream(w http.ResponseWriter, r *http.Request, c *call, f que
 			if len(rows) < page {
 				return false, nil
 			}
+			// The next page is read later: access is checked again
+			// before it is sent.
+			s.recheck()
 		}
 	})
 	return http.StatusOK, nil, nil
