@@ -66,7 +66,7 @@ func setup() {
 	if u := os.Getenv(EnvURL); u != "" {
 		shared.adminURL = u
 	} else {
-		dir, err := os.MkdirTemp("", "nebula-pgtest-")
+		dir, err := newClusterDir()
 		if err != nil {
 			shared.err = err
 			return
@@ -165,7 +165,7 @@ func Cluster(t testing.TB, settings map[string]string) *pgcluster.Cluster {
 	t.Helper()
 	// Not t.TempDir: its parent is closed to the unprivileged user that
 	// runs PostgreSQL when the tests run as root.
-	dir, err := os.MkdirTemp("", "nebula-pgtest-")
+	dir, err := newClusterDir()
 	if err != nil {
 		t.Fatal(err)
 	}
