@@ -153,19 +153,10 @@ func (a *API) listServers(w http.ResponseWriter, r *http.Request, c *call) (int,
 	if err != nil {
 		return 0, nil, err
 	}
-	// Each agent's architecture, and whether there is a binary for it: what
-	// an upgrade needs, so that a client offers it only where it would work.
-	standing, err := query.ServerUpgrades(r.Context(), a.pool, c.cluster.OrgID, a.cfg.Version, now)
-	if err != nil {
-		return 0, nil, err
-	}
-	arch := map[string]string{}
-	for _, u := range standing {
-		arch[u.ID] = u.Arch
-	}
+	// Whether there is a binary for each agent's architecture: what an
+	// upgrade needs, so that a client offers it only where it would work.
 	binaries := reactions.BinaryHashes(a.agentBinaries())
 	for i := range s {
-		s[i].Arch = arch[s[i].ID]
 		s[i].NoAgentBinary = binaries[s[i].Arch] == ""
 	}
 	return http.StatusOK, query.WithSkew(s, a.cfg.Version), nil

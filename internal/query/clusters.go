@@ -65,7 +65,7 @@ func Servers(ctx context.Context, q eventstore.Querier, clusterID string, now ti
 		var s api.Server
 		var last []byte
 		var held bool
-		err := row.Scan(&s.ID, &s.ClusterID, &s.Name, &s.RegisteredAt, &s.RevokedAt, &s.Version, &held, &s.LastHeartbeatAt,
+		err := row.Scan(&s.ID, &s.ClusterID, &s.Name, &s.RegisteredAt, &s.RevokedAt, &s.Version, &s.Arch, &held, &s.LastHeartbeatAt,
 			&s.CannotUpgrade, &last)
 		s.Connected = domain.Lease{Held: held, RenewedAt: s.LastHeartbeatAt}.Live(now)
 		if err == nil {
@@ -73,7 +73,7 @@ func Servers(ctx context.Context, q eventstore.Querier, clusterID string, now ti
 		}
 		return s, err
 	}, `SELECT v.id::text, v.cluster_id::text, v.name, v.registered_at, v.revoked_at,
-	           coalesce(s.version, ''), coalesce(s.connected, false), s.last_heartbeat_at,
+	           coalesce(s.version, ''), coalesce(s.arch, ''), coalesce(s.connected, false), s.last_heartbeat_at,
 	           coalesce(v.cannot_upgrade, ''), v.last_upgrade
 	      FROM servers v LEFT JOIN server_status s ON s.server_id = v.id
 	     WHERE v.cluster_id = $1 ORDER BY v.revoked_at IS NOT NULL, v.name, v.id`, clusterID)
