@@ -48,8 +48,11 @@ type Options struct {
 	// DatabaseURL shares a database (a second replica); a fresh one otherwise.
 	DatabaseURL string
 	SecretKey   string
-	Insecure    []string
-	JobInterval time.Duration
+	// PreviousSecretKey is NEBULACTRL_PREVIOUS_SECRET_KEY: the old master
+	// key during a rotation.
+	PreviousSecretKey string
+	Insecure          []string
+	JobInterval       time.Duration
 	// Now injects the clock of the API and the agent link.
 	Now func() time.Time
 	// Listen is the address (default 127.0.0.1:0); a restarted control plane
@@ -95,7 +98,7 @@ func Start(t testing.TB, opts Options) *Server {
 		opts.SecretKey = k
 	}
 	cfg := config.Config{
-		DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey, Listen: opts.Listen, LogLevel: "warn",
+		DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey, PreviousSecretKey: opts.PreviousSecretKey, Listen: opts.Listen, LogLevel: "warn",
 		PublicURL: "http://127.0.0.1", InsecureRegistries: opts.Insecure,
 		ApprovalTTL: opts.ApprovalTTL, StallTimeout: opts.StallTimeout, AgentUpgradeTimeout: opts.AgentUpgradeTimeout,
 	}
