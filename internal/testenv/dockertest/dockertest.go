@@ -93,7 +93,7 @@ func Start(t testing.TB) *Engine {
 		t.Fatalf("dockertest: Docker Compose %s is missing at %s%s", ComposeVersion, plugin, fix)
 	}
 	// A short path: the daemon's and containerd's sockets live under it.
-	dir, err := os.MkdirTemp("", "dockertest-")
+	dir, err := newEngineDir()
 	if err != nil {
 		t.Fatal(err)
 	}
