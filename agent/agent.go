@@ -32,6 +32,7 @@ const (
 	managedBy         = "app.kubernetes.io/managed-by=nebulactrl"
 	environmentIDKey  = "nebulactrl.io/environment-id"
 	appliedRevisionAn = "nebulactrl.io/applied-revision"
+	appliedHashAn     = "nebulactrl.io/applied-hash"
 )
 
 // Config configures the agent.
@@ -90,7 +91,13 @@ type Agent struct {
 	// applying marks those a delivery is applying right now.
 	due      map[string]due
 	applying map[string]bool
-	wake     chan struct{}
+	// rewinding marks the environments the control plane rewound (see
+	// transport.DesiredState.Rewind) until a revision is recorded: every
+	// desired state of theirs is applied as a rewind until then, so that a
+	// newer one arriving before the rewind got through is not ignored as
+	// older than what the namespace records.
+	rewinding map[string]bool
+	wake      chan struct{}
 
 	stages *stageTracker
 	// queue holds reports that wait for the link rather than be dropped.
@@ -143,7 +150,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, rec: rec, latest: map[string]transport.DesiredState{},
-		due: map[string]due{}, applying: map[string]bool{}, wake: make(chan struct{}, 1),
+		due: map[string]due{}, applying: map[string]bool{}, rewinding: map[string]bool{}, wake: make(chan struct{}, 1),
 		stages: newStageTracker(), queued: make(chan struct{}, 1),
 		outbox: make(chan transport.Report, 256)}
 	a.cfg = cfg
@@ -258,8 +265,12 @@ func (a *Agent) elect(ctx context.Context) {
 // its document (the next Service, the release to keep), and a standby needs
 // it to take over. The applied revision received again is a progress pass:
 // it writes nothing where nothing is left to do.
+//
+// Recorded is what the namespaces record, exactly, so that a control plane
+// restored from an older backup can rewind the cluster to what it knows.
 func (a *Agent) hello(ctx context.Context) transport.Hello {
 	applied := map[string]int{}
+	recorded := map[string]transport.AppliedRevision{}
 	list, err := a.cfg.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: managedBy})
 	if err != nil {
 		a.cfg.Logger.Warn("reading applied revisions", "err", err)
@@ -270,6 +281,9 @@ func (a *Agent) hello(ctx context.Context) transport.Hello {
 			n, err := strconv.Atoi(ns.Annotations[appliedRevisionAn])
 			if err != nil || env == "" {
 				continue
+			}
+			if n > 0 {
+				recorded[env] = transport.AppliedRevision{Revision: n, Hash: ns.Annotations[appliedHashAn]}
 			}
 			if held, ok := a.latest[env]; !ok || held.Revision < n {
 				n--
@@ -285,7 +299,7 @@ func (a *Agent) hello(ctx context.Context) transport.Hello {
 	if v, err := a.cfg.Client.Discovery().ServerVersion(); err == nil {
 		facts.KubernetesVersion = v.GitVersion
 	}
-	hello := transport.Hello{Protocol: transport.ProtocolVersion, Version: a.cfg.Version, Arch: runtime.GOARCH, Applied: applied, Facts: facts}
+	hello := transport.Hello{Protocol: transport.ProtocolVersion, Version: a.cfg.Version, Arch: runtime.GOARCH, Applied: applied, Recorded: recorded, Facts: facts}
 	can, why := false, cannotUpgradeHere
 	if a.cfg.Updater != nil {
 		can, why = a.cfg.Updater.Can()
@@ -334,7 +348,11 @@ func (a *Agent) busy() bool {
 // revision starts goes on in the progress loop.
 func (a *Agent) apply(ctx context.Context, ds transport.DesiredState) transport.Ack {
 	a.mu.Lock()
-	if cur, ok := a.latest[ds.EnvironmentID]; !ok || ds.Revision > cur.Revision || ds.Revision == cur.Revision && ds.Hash != cur.Hash {
+	if ds.Rewind {
+		a.rewinding[ds.EnvironmentID] = true
+	}
+	ds.Rewind = a.rewinding[ds.EnvironmentID]
+	if cur, ok := a.latest[ds.EnvironmentID]; !ok || ds.Revision > cur.Revision || ds.Revision == cur.Revision && ds.Hash != cur.Hash || ds.Rewind {
 		a.latest[ds.EnvironmentID] = ds
 	}
 	a.mu.Unlock()

@@ -69,7 +69,20 @@ func transient(res reconcile.Result, err error) bool {
 // schedules the next pass: soon while a rollout is under way, after a
 // backoff when something met a transient error, never once settled.
 func (a *Agent) pass(ctx context.Context, ds transport.DesiredState) (reconcile.Result, error) {
-	res, err := a.rec.Apply(ctx, ds.Revision, ds.Hash, ds.Document)
+	apply := a.rec.Apply
+	if ds.Rewind {
+		apply = a.rec.Rewind
+	}
+	res, err := apply(ctx, ds.Revision, ds.Hash, ds.Document)
+	if res.Recorded && ds.Rewind {
+		a.mu.Lock()
+		delete(a.rewinding, ds.EnvironmentID)
+		if cur, ok := a.latest[ds.EnvironmentID]; ok {
+			cur.Rewind = false
+			a.latest[ds.EnvironmentID] = cur
+		}
+		a.mu.Unlock()
+	}
 	if err == nil && !res.Ignored && a.leader.Load() {
 		for _, r := range a.stages.observe(ds.EnvironmentID, res.Rollouts, res.Services, time.Now().UTC()) {
 			a.send(transport.TypeStage, r)

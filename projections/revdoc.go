@@ -208,6 +208,21 @@ func applyRevision(objs map[string]json.RawMessage, rc domain.RevisionCompiled) 
 	return objs, nil
 }
 
+// RevisionHash returns the document hash revision n of an environment
+// recorded; ErrNoRevision when there is no such revision.
+func RevisionHash(ctx context.Context, q eventstore.Querier, envID string, n int) (string, error) {
+	var hash string
+	err := q.QueryRow(ctx, `SELECT coalesce(payload->>'hash', '') FROM events WHERE stream_id = $1 AND stream_version = $2`,
+		domain.RevisionStream(envID), n).Scan(&hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrNoRevision
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the hash of revision %d of %s: %w", n, envID, err)
+	}
+	return hash, nil
+}
+
 // Document is DocumentAt's document alone, for the reactions.
 func Document(ctx context.Context, q eventstore.Querier, envID string, n int) (desiredstate.Document, error) {
 	rev, err := DocumentAt(ctx, q, envID, n)

@@ -37,18 +37,32 @@ func (h *Hub) deliverLoop(ctx context.Context, ac *agentConn) {
 // deliver sends the heads the connection does not have yet. fetched caches
 // documents across connections in one refresh (both replicas of a cluster
 // need the same ones).
+//
+// The first head of an environment on a connection is also checked against
+// what the agent's namespace records as applied: an agent that applied a
+// newer revision, or the same number with another document, than this
+// control plane's latest (it was restored from a backup taken before) is
+// sent the latest marked Rewind, so that the cluster returns to what the
+// control plane knows instead of keeping what it lost.
 func (h *Hub) deliver(ctx context.Context, ac *agentConn, heads []Head, fetched *sync.Map) {
+	ac.delivering.Lock()
+	defer ac.delivering.Unlock()
 	for _, hd := range heads {
+		rewind, decided := h.rewind(ctx, ac, hd)
 		ac.mu.Lock()
 		have := ac.sent[hd.EnvironmentID]
 		ac.mu.Unlock()
-		if hd.Revision <= have {
+		if !rewind && hd.Revision <= have {
 			continue
 		}
 		var frame []byte
 		key := fmt.Sprintf("%s/%d", hd.EnvironmentID, hd.Revision)
+		cacheKey := key
+		if rewind {
+			cacheKey += "/rewind"
+		}
 		if fetched != nil {
-			if f, ok := fetched.Load(key); ok {
+			if f, ok := fetched.Load(cacheKey); ok {
 				frame = f.([]byte)
 			}
 		}
@@ -58,11 +72,12 @@ func (h *Hub) deliver(ctx context.Context, ac *agentConn, heads []Head, fetched 
 				h.cfg.Logger.Warn("loading a revision for an agent", "environment", hd.EnvironmentID, "revision", hd.Revision, "err", err)
 				continue
 			}
+			ds.Rewind = rewind
 			if frame, err = Encode(TypeDesiredState, key, ds); err != nil {
 				continue
 			}
 			if fetched != nil {
-				fetched.Store(key, frame)
+				fetched.Store(cacheKey, frame)
 			}
 		}
 		// A desired state carries opened secrets: only to a credential that
@@ -73,15 +88,61 @@ func (h *Hub) deliver(ctx context.Context, ac *agentConn, heads []Head, fetched 
 			}
 			return
 		}
+		if rewind {
+			h.cfg.Logger.Warn("an agent applied revisions this control plane does not have (restored from a backup?): sending its latest to rewind to",
+				"server", ac.peer.Name, "environment", hd.EnvironmentID, "revision", hd.Revision, "recorded", decided.Revision)
+		}
 		if err := ac.c.send(frame); err != nil {
 			return
 		}
 		ac.mu.Lock()
-		if hd.Revision > ac.sent[hd.EnvironmentID] {
+		if rewind {
+			delete(ac.recorded, hd.EnvironmentID)
+			ac.sent[hd.EnvironmentID] = hd.Revision
+		} else if hd.Revision > ac.sent[hd.EnvironmentID] {
 			ac.sent[hd.EnvironmentID] = hd.Revision
 		}
 		ac.mu.Unlock()
 	}
+}
+
+// rewind decides, for the first head of an environment on a connection,
+// whether the agent is ahead of this control plane (see deliver); it
+// returns what the agent records when so. An agent behind the head needs no
+// rewind, and one level with it neither, when the documents are the same.
+func (h *Hub) rewind(ctx context.Context, ac *agentConn, hd Head) (bool, AppliedRevision) {
+	ac.mu.Lock()
+	rec, pending := ac.recorded[hd.EnvironmentID]
+	ac.mu.Unlock()
+	if !pending {
+		return false, rec
+	}
+	settle := func() {
+		ac.mu.Lock()
+		delete(ac.recorded, hd.EnvironmentID)
+		ac.mu.Unlock()
+	}
+	switch {
+	case hd.Revision > rec.Revision:
+		settle()
+		return false, rec
+	case hd.Revision < rec.Revision:
+		return true, rec
+	case h.cfg.RevisionHash == nil || rec.Hash == "":
+		settle()
+		return false, rec
+	}
+	hash, err := h.cfg.RevisionHash(ctx, hd.EnvironmentID, hd.Revision)
+	if err != nil {
+		// Decided by the next delivery.
+		h.cfg.Logger.Warn("reading a revision's hash for an agent", "environment", hd.EnvironmentID, "revision", hd.Revision, "err", err)
+		return false, rec
+	}
+	if hash == rec.Hash {
+		settle()
+		return false, rec
+	}
+	return true, rec
 }
 
 // Deliver sends the given heads to the connected agents of their clusters:

@@ -49,6 +49,11 @@ type HubConfig struct {
 	Heads func(ctx context.Context, clusterIDs []string) (map[string][]Head, error)
 	// Fetch returns one revision, secrets opened, ready to send.
 	Fetch func(ctx context.Context, environmentID string, revision int) (DesiredState, error)
+	// RevisionHash returns the document hash of one revision: to tell an
+	// agent that records the same revision number with another document
+	// (applied before this control plane was restored from a backup) from
+	// one that is up to date. Nil: a revision number is taken to say it all.
+	RevisionHash func(ctx context.Context, environmentID string, revision int) (string, error)
 	// Callbacks; each may be nil.
 	OnHello     func(ctx context.Context, p Peer, h Hello)
 	OnHeartbeat func(ctx context.Context, p Peer, h Heartbeat)
@@ -91,9 +96,16 @@ type agentConn struct {
 	// auth is the upgrade request (its headers, with the hub's context), to
 	// check the credential again before anything secret is sent.
 	auth *http.Request
+	// delivering makes one delivery to the connection at a time: a rewind
+	// and a newer revision go out in the order they were decided.
+	delivering sync.Mutex
 	// sent is what the agent has, or has been sent: environment -> revision.
 	mu   sync.Mutex
 	sent map[string]int
+	// recorded is what the agent's namespaces record as applied (its
+	// hello), for each environment until the first delivery decides whether
+	// the agent is ahead of this control plane and must be rewound.
+	recorded map[string]AppliedRevision
 	// kick asks the connection's own loop to look for newer revisions.
 	kick chan struct{}
 	// builds says the agent runs builds (its hello); buildsSent is the
@@ -152,7 +164,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := newConn(ws, h.cfg.ReadTimeout, h.cfg.PingEvery)
 	peer.Session = newSession()
-	ac := &agentConn{peer: &peer, c: c, auth: auth, sent: map[string]int{}, kick: make(chan struct{}, 1)}
+	ac := &agentConn{peer: &peer, c: c, auth: auth, sent: map[string]int{}, recorded: map[string]AppliedRevision{}, kick: make(chan struct{}, 1)}
 	h.mu.Lock()
 	h.pending[ac] = struct{}{}
 	h.mu.Unlock()
@@ -272,6 +284,11 @@ func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
 	for env, rev := range hello.Applied {
 		if rev > 0 {
 			ac.sent[env] = rev
+		}
+	}
+	for env, r := range hello.Recorded {
+		if r.Revision > 0 {
+			ac.recorded[env] = r
 		}
 	}
 	ac.mu.Unlock()

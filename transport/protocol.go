@@ -74,9 +74,18 @@ type Hello struct {
 	Protocol int    `json:"protocol"`
 	Version  string `json:"version"`
 	Arch     string `json:"arch"`
-	// Applied maps environment id to the revision the cluster has applied.
+	// Applied maps environment id to the revision the control plane sends
+	// from: what the cluster has applied, or one less when the agent does
+	// not hold that document and wants it again.
 	Applied map[string]int `json:"applied"`
-	Facts   Facts          `json:"facts"`
+	// Recorded maps environment id to what the environment's namespace
+	// records as applied, exactly: revision and document hash. A control
+	// plane whose latest revision is older, or the same number with another
+	// hash (it was restored from a backup taken before), sends its latest
+	// marked Rewind. An agent that predates it sends none: it is only ever
+	// sent newer revisions.
+	Recorded map[string]AppliedRevision `json:"recorded,omitempty"`
+	Facts    Facts                      `json:"facts"`
 	// Upgradable says whether the agent can replace its own binary (an
 	// agent_upgrade is worth sending); nil when the agent predates
 	// upgrades (it sends neither field, and would close the connection on
@@ -90,6 +99,13 @@ type Hello struct {
 	// agent that predates builds is never sent one, which it would take for
 	// an unknown frame.
 	Builds bool `json:"builds,omitempty"`
+}
+
+// AppliedRevision is a revision an environment's namespace records as
+// applied (Hello.Recorded).
+type AppliedRevision struct {
+	Revision int    `json:"revision"`
+	Hash     string `json:"hash"`
 }
 
 // Why an agent cannot upgrade itself (Hello.CannotUpgrade).
@@ -212,6 +228,12 @@ type DesiredState struct {
 	Revision      int                   `json:"revision"`
 	Hash          string                `json:"hash"`
 	Document      desiredstate.Document `json:"document"`
+	// Rewind says the control plane's latest revision is older than what
+	// the cluster records as applied, or the same number with another
+	// document (the control plane was restored from a backup): the agent
+	// applies it all the same, and every later revision of the environment
+	// until one is recorded, instead of ignoring them as stale.
+	Rewind bool `json:"rewind,omitempty"`
 }
 
 // ServiceOutcome is what became of one service of a revision.

@@ -503,6 +503,7 @@ func TestCredentialsThatCannotBeCheckedHoldDeliveries(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"type":"hello","payload":{"protocol":1,"version":"1.0.0","arch":"amd64","applied":{"e":1},"facts":{"leader":true}}}`))
+	f.Add([]byte(`{"type":"hello","payload":{"protocol":1,"version":"1.0.0","arch":"amd64","applied":{"e":1},"recorded":{"e":{"revision":2,"hash":"h\u0000"}},"facts":{"leader":true}}}`))
 	f.Add([]byte(`{"type":"ack","payload":{"environmentId":"e","revision":2,"hash":"h","services":[{"service":"api","state":"failed","reason":"x"}]}}`))
 	f.Add([]byte(`{"type":"heartbeat","payload":{"time":"2026-11-30T00:00:00Z","leader":false}}`))
 	f.Add([]byte(`{"type":"stage","payload":{"environmentId":"e","deploymentId":"d","service":"api","release":2,"stage":"probing","ready":1,"desired":2,"detail":"x\u0000","time":"2026-11-30T00:00:00Z"}}`))

@@ -111,6 +111,12 @@ func (h Hello) Validate() error {
 		c.text("applied environment id", env, maxShort)
 		c.nonNegative("applied revision", rev)
 	}
+	c.count("recorded", len(h.Recorded), maxApplied)
+	for env, r := range h.Recorded {
+		c.text("recorded environment id", env, maxShort)
+		c.nonNegative("recorded revision", r.Revision)
+		c.text("recorded hash", r.Hash, maxShort)
+	}
 	c.text("facts.hostname", h.Facts.Hostname, maxName)
 	c.text("facts.os", h.Facts.OS, maxName)
 	c.text("facts.kubernetesVersion", h.Facts.KubernetesVersion, maxShort)

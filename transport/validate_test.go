@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -27,18 +28,29 @@ func TestStorableTextPassesTheFrameRules(t *testing.T) {
 	require.Equal(t, "ab", transport.Storable("abé", 3), "cut at a character boundary")
 }
 
+func manyRecorded(n int) map[string]transport.AppliedRevision {
+	m := map[string]transport.AppliedRevision{}
+	for i := range n {
+		m[fmt.Sprint(i)] = transport.AppliedRevision{Revision: 1}
+	}
+	return m
+}
+
 func TestFrameRules(t *testing.T) {
 	for name, v := range map[string]transport.Validator{
-		"hello version NUL":    transport.Hello{Version: "1\x00"},
-		"hello arch control":   transport.Hello{Arch: "amd\x0764"},
-		"hello applied key":    transport.Hello{Applied: map[string]int{strings.Repeat("e", 200): 1}},
-		"upgrade reason":       transport.Hello{Facts: transport.Facts{AgentUpgrade: &transport.UpgradeFacts{Reason: "x\x00"}}},
-		"ack hash":             transport.Ack{Hash: "h\x00"},
-		"status nodes":         transport.Status{Nodes: make([]transport.NodeStatus, 5001)},
-		"status event message": transport.Status{Events: []transport.ClusterEvent{{Message: "\xff"}}},
-		"logs too many lines":  transport.Logs{Lines: make([]transport.LogLine, 10001)},
-		"stage service":        transport.StageReport{Service: strings.Repeat("s", 254)},
-		"upgrade result":       transport.AgentUpgradeResult{Error: "\x00"},
+		"hello version NUL":       transport.Hello{Version: "1\x00"},
+		"hello arch control":      transport.Hello{Arch: "amd\x0764"},
+		"hello applied key":       transport.Hello{Applied: map[string]int{strings.Repeat("e", 200): 1}},
+		"hello recorded hash":     transport.Hello{Recorded: map[string]transport.AppliedRevision{"e": {Revision: 1, Hash: "h\x00"}}},
+		"hello recorded revision": transport.Hello{Recorded: map[string]transport.AppliedRevision{"e": {Revision: -1}}},
+		"hello recorded too many": transport.Hello{Recorded: manyRecorded(10001)},
+		"upgrade reason":          transport.Hello{Facts: transport.Facts{AgentUpgrade: &transport.UpgradeFacts{Reason: "x\x00"}}},
+		"ack hash":                transport.Ack{Hash: "h\x00"},
+		"status nodes":            transport.Status{Nodes: make([]transport.NodeStatus, 5001)},
+		"status event message":    transport.Status{Events: []transport.ClusterEvent{{Message: "\xff"}}},
+		"logs too many lines":     transport.Logs{Lines: make([]transport.LogLine, 10001)},
+		"stage service":           transport.StageReport{Service: strings.Repeat("s", 254)},
+		"upgrade result":          transport.AgentUpgradeResult{Error: "\x00"},
 	} {
 		err := v.Validate()
 		require.Error(t, err, name)

@@ -107,6 +107,67 @@ func TestHeldServiceIsLeftExactlyAsItIs(t *testing.T) {
 	require.NotContains(t, b.objects(t, "web"), "Deployment/web-web-r7")
 }
 
+// A rewind (issue 17, item 7: the control plane was restored from a backup
+// taken before revisions the cluster applied) applies a revision older than
+// the applied one, or the same number with another document, and records
+// it: the services the control plane does not know of are pruned, and the
+// next older revision is ignored again as usual. The same revision with its
+// own document, rewound again, is a progress pass that writes nothing.
+func TestARewindReturnsToWhatTheControlPlaneKnows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a := b.newAgent(t, "agent", fullRules())
+	doc := document(b.ns)
+	a.converge(t, 7, doc, 60*time.Second)
+	require.NotEmpty(t, b.objects(t, "cron"))
+
+	older := doc
+	older.Services = nil
+	for _, s := range doc.Services {
+		if s.Name != "cron" {
+			older.Services = append(older.Services, s)
+		}
+	}
+	hash, err := older.Hash()
+	require.NoError(t, err)
+	rewind := func(rev int, d desiredstate.Document) reconcile.Result {
+		t.Helper()
+		h, err := d.Hash()
+		require.NoError(t, err)
+		res, err := a.reconciler(t).Rewind(t.Context(), rev, h, d)
+		require.NoError(t, err)
+		return res
+	}
+	require.True(t, a.apply(t, 5, older).Ignored, "without a rewind an older revision changes nothing")
+	res := rewind(5, older)
+	require.False(t, res.Ignored)
+	require.True(t, res.Recorded)
+	require.Empty(t, b.objects(t, "cron"), "the service the restored control plane does not know is pruned")
+	require.NotEmpty(t, b.objects(t, "web"))
+	rev, got, err := a.reconciler(t).AppliedRevision(t.Context(), b.ns)
+	require.NoError(t, err)
+	require.Equal(t, 5, rev)
+	require.Equal(t, hash, got)
+
+	since := time.Now()
+	res = rewind(5, older)
+	require.False(t, res.Ignored)
+	require.False(t, res.Recorded, "the same revision and document again is a progress pass")
+	require.Empty(t, a.writes(t, since))
+	require.True(t, a.apply(t, 4, doc).Ignored, "after the rewind, older revisions are ignored again")
+
+	// The same number with another document.
+	res = rewind(5, doc)
+	require.True(t, res.Recorded)
+	require.NotEmpty(t, b.objects(t, "cron"))
+	want, err := doc.Hash()
+	require.NoError(t, err)
+	rev, got, err = a.reconciler(t).AppliedRevision(t.Context(), b.ns)
+	require.NoError(t, err)
+	require.Equal(t, 5, rev)
+	require.Equal(t, want, got)
+}
+
 // Revisions older than the applied one change nothing, nor does the applied
 // revision with another document.
 func TestOlderRevisionIsIgnored(t *testing.T) {

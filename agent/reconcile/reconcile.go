@@ -214,6 +214,20 @@ func (r Result) Retry() bool {
 // or a namespace that cannot be read or applied (IsTransient tells whether
 // retrying may help).
 func (r *Reconciler) Apply(ctx context.Context, revision int, hash string, doc desiredstate.Document) (Result, error) {
+	return r.reconcile(ctx, revision, hash, doc, false)
+}
+
+// Rewind is Apply for a revision older than the namespace's applied one, or
+// the same number with another document: the control plane that sent it was
+// restored from a backup taken before those were applied, and what it knows
+// is the state to return to. It is applied, not ignored, and recorded as the
+// applied revision; the same revision with its own hash is a progress pass,
+// as for Apply.
+func (r *Reconciler) Rewind(ctx context.Context, revision int, hash string, doc desiredstate.Document) (Result, error) {
+	return r.reconcile(ctx, revision, hash, doc, true)
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, revision int, hash string, doc desiredstate.Document, rewind bool) (Result, error) {
 	env := doc.Environment
 	ns := env.Namespace
 	res := Result{Environment: env.ID, Revision: revision}
@@ -242,12 +256,16 @@ func (r *Reconciler) Apply(ctx context.Context, revision int, hash string, doc d
 		r.log.WarnContext(ctx, "reconcile: ignoring an unreadable applied revision", "namespace", ns, "err", err)
 		applied = 0
 	}
-	if revision < applied || revision == applied && hash != appliedHash {
+	if !rewind && (revision < applied || revision == applied && hash != appliedHash) {
 		res.Ignored = true
 		r.log.DebugContext(ctx, "reconcile: revision ignored", "namespace", ns, "revision", revision, "applied", applied)
 		return res, nil
 	}
-	progress := revision == applied
+	progress := revision == applied && hash == appliedHash
+	if rewind && !progress {
+		r.log.WarnContext(ctx, "reconcile: rewinding to the control plane's revision", "namespace", ns, "revision", revision,
+			"applied", applied)
+	}
 	if live != nil && live.DeletionTimestamp != nil {
 		return res, fmt.Errorf("reconcile: namespace %s is being deleted", ns)
 	}

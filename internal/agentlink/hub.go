@@ -9,6 +9,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/projections"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -27,6 +28,9 @@ func (l *Link) makeHub() error {
 			return p, err
 		},
 		Heads: l.Heads, Fetch: l.Fetch,
+		RevisionHash: func(ctx context.Context, envID string, n int) (string, error) {
+			return projections.RevisionHash(ctx, l.cfg.Pool, envID, n)
+		},
 		OnHello: l.OnHello, OnHeartbeat: l.OnHeartbeat, OnAck: l.OnAck, OnDisconnect: l.OnDisconnect,
 		OnStatus: l.OnStatus, OnLogs: l.OnLogs, OnStage: l.OnStage, OnUpgradeResult: l.UpgradeResult,
 		OnBuildReport: l.OnBuildReport, OnBuildLogs: l.OnBuildLogs,
