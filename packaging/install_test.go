@@ -313,7 +313,7 @@ func TestShellcheck(t *testing.T) {
 	t.Parallel()
 	sc, err := exec.LookPath("shellcheck")
 	require.NoError(t, err, "shellcheck is required (go tool task deps installs it)")
-	out, err := exec.Command(sc, "--severity=style", "install.sh", "../scripts/ensure-shellcheck.sh", "../scripts/ensure-docker.sh").CombinedOutput()
+	out, err := exec.Command(sc, "--severity=style", "install.sh", "../scripts/ensure-shellcheck.sh", "../scripts/ensure-docker.sh", "../scripts/ensure-netns-tools.sh").CombinedOutput()
 	require.NoError(t, err, string(out))
 }
 

@@ -27,6 +27,7 @@ import (
 
 	"github.com/nebulactrl/nebulactrl/agent"
 	"github.com/nebulactrl/nebulactrl/agent/build"
+	"github.com/nebulactrl/nebulactrl/agent/mesh"
 	"github.com/nebulactrl/nebulactrl/agent/reconcile"
 	"github.com/nebulactrl/nebulactrl/agent/selfupdate"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -121,6 +122,30 @@ Example:
 				fmt.Fprintln(c.App.Writer, msg)
 				return nil
 			},
+		}, {
+			Name:  "mesh",
+			Usage: "run the node agent of the WireGuard mesh on this node (the nebulactrl-mesh DaemonSet, or a host's systemd unit)",
+			Description: `Keeps this node's private key in --key-dir (mode 0600; it never leaves the node),
+publishes the public key and the node's candidate endpoints in a ConfigMap of --namespace,
+and configures --interface with wgctrl from the peers the cluster's agent writes there
+(kernel WireGuard when the module exists, else wireguard-go in this process). It needs
+no credential to the control plane and opens no port but --listen-port (UDP).
+
+Example:
+   nebulactrl-agent mesh --node-name "$NODE_NAME"`,
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "node-name", Usage: "the Kubernetes node this runs on", EnvVars: []string{"NODE_NAME"}, Required: true},
+				&cli.StringFlag{Name: "namespace", Usage: "the mesh's namespace", Value: mesh.DefaultNamespace, EnvVars: []string{"POD_NAMESPACE"}},
+				&cli.StringFlag{Name: "interface", Usage: "the WireGuard interface (at most 15 bytes)", Value: mesh.DefaultInterface},
+				&cli.StringFlag{Name: "key-dir", Usage: "the host directory that keeps this node's private key", Value: mesh.DefaultKeyDir},
+				&cli.IntFlag{Name: "listen-port", Usage: "the WireGuard UDP port", Value: transport.MeshListenPort},
+				&cli.StringFlag{Name: "mode", Usage: "auto (kernel WireGuard when the module exists, else wireguard-go), kernel or userspace", Value: mesh.ModeAuto},
+				&cli.StringFlag{Name: "endpoint", Usage: "publish only this endpoint (IP, or IP:port): a node reached through a port forward"},
+				&cli.DurationFlag{Name: "report-every", Usage: "how often the peers' handshakes are republished", Value: mesh.DefaultReportEvery},
+				&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster configuration)", EnvVars: []string{"KUBECONFIG"}},
+				&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"NEBULACTRL_LOG_LEVEL"}},
+			},
+			Action: func(c *cli.Context) error { return runMesh(c) },
 		}, {
 			Name:      "seed",
 			Usage:     "copy this binary to a path (the install manifest's init container seeds the pod volume with it)",
@@ -334,4 +359,33 @@ func kubeConfig(path string) (*rest.Config, error) {
 		return cfg, nil
 	}
 	return clientcmd.BuildConfigFromFlags("", path)
+}
+
+// runMesh runs the mesh's node agent.
+func runMesh(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", c.Args().First())
+	}
+	if n := c.String("interface"); n == "" || len(n) > 15 {
+		return fmt.Errorf("--interface %q: an interface name is 1 to 15 bytes", n)
+	}
+	if p := c.Int("listen-port"); p < 1 || p > 65535 {
+		return fmt.Errorf("--listen-port %d: not a UDP port", p)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return fmt.Errorf("--log-level %q: %w", c.String("log-level"), err)
+	}
+	log := slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	rc, err := kubeConfig(c.String("kubeconfig"))
+	if err != nil {
+		return fmt.Errorf("kubernetes configuration: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	return mesh.Run(c.Context, mesh.Config{Client: cs, Namespace: c.String("namespace"), NodeName: c.String("node-name"),
+		Interface: c.String("interface"), KeyDir: c.String("key-dir"), ListenPort: c.Int("listen-port"), Mode: c.String("mode"),
+		Endpoint: c.String("endpoint"), ReportEvery: c.Duration("report-every"), Logger: log})
 }
