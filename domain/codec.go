@@ -62,6 +62,13 @@ var codecs = map[string]eventCodec{
 	"server.registered":           {1, decodeV1[ServerRegistered]},
 	"server.credential.revoked":   {1, decodeV1[ServerCredentialRevoked]},
 	"server.connected":            {1, decodeV1[ServerConnected]},
+	"mesh.settings.updated":       {1, decodeV1[MeshSettingsUpdated]},
+	"mesh.node.joined":            {1, decodeV1[MeshNodeJoined]},
+	"mesh.node.changed":           {1, decodeV1[MeshNodeChanged]},
+	"mesh.key.rotated":            {1, decodeV1[MeshKeyRotated]},
+	"mesh.key.rotation_requested": {1, decodeV1[MeshKeyRotationRequested]},
+	"mesh.node.left":              {1, decodeV1[MeshNodeLeft]},
+	"mesh.service_cidrs.reported": {1, decodeV1[MeshServiceCIDRsReported]},
 	"server.disconnected":         {1, decodeV1[ServerDisconnected]},
 	"project.created":             {1, decodeV1[ProjectCreated]},
 	"project.deleted":             {1, decodeV1[ProjectDeleted]},
@@ -169,6 +176,9 @@ func Audit(e Event) AuditEntry {
 		return en
 	}
 	if en, ok := auditBuild(e); ok {
+		return en
+	}
+	if en, ok := auditMesh(e); ok {
 		return en
 	}
 	switch e := e.(type) {
