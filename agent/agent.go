@@ -47,6 +47,9 @@ type Config struct {
 	// empty LeaseName makes this agent the leader outright (a host agent).
 	LeaseNamespace, LeaseName                 string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// MeshNamespace is the mesh's namespace, where the agent hands its
+	// cluster's mesh state to the node agents (default nebula-mesh).
+	MeshNamespace string
 	// ReportEvery is how often the leader reports status (default 30 s).
 	ReportEvery time.Duration
 	// RetireGrace is how long an old release keeps running after traffic
@@ -98,6 +101,8 @@ type Agent struct {
 	// older than what the namespace records.
 	rewinding map[string]bool
 	wake      chan struct{}
+
+	mesh meshRelay
 
 	stages *stageTracker
 	// queue holds reports that wait for the link rather than be dropped.
@@ -160,6 +165,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	cfg.Link.Outbox = a.outbox
 	cfg.Link.Hello = a.hello
+	cfg.Link.MeshState = a.relayMesh
 	cfg.Link.Apply = a.apply
 	cfg.Link.Leader = a.leader.Load
 	onConnected := cfg.Link.OnConnected
@@ -307,6 +313,7 @@ func (a *Agent) hello(ctx context.Context) transport.Hello {
 	}
 	hello.Upgradable, hello.CannotUpgrade = &can, why
 	hello.Builds = a.builds != nil
+	hello.Mesh, hello.MeshApplied = true, a.meshApplied(ctx)
 	return hello
 }
 

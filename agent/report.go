@@ -80,6 +80,7 @@ func (a *Agent) sendStatus(ctx context.Context, nsEnv map[string]string) {
 	cs := a.cfg.Client
 	var st transport.Status
 	if nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+		a.sendMeshReport(ctx, nodes.Items)
 		for _, n := range nodes.Items {
 			ready := false
 			for _, c := range n.Status.Conditions {

@@ -69,6 +69,7 @@ var codecs = map[string]eventCodec{
 	"mesh.key.rotation_requested": {1, decodeV1[MeshKeyRotationRequested]},
 	"mesh.node.left":              {1, decodeV1[MeshNodeLeft]},
 	"mesh.service_cidrs.reported": {1, decodeV1[MeshServiceCIDRsReported]},
+	"mesh.revision.compiled":      {1, decodeV1[MeshRevisionCompiled]},
 	"server.disconnected":         {1, decodeV1[ServerDisconnected]},
 	"project.created":             {1, decodeV1[ProjectCreated]},
 	"project.deleted":             {1, decodeV1[ProjectDeleted]},

@@ -38,8 +38,11 @@ type MeshNode struct {
 	// cannot be reached from outside.
 	Endpoint string `json:"endpoint,omitempty"`
 	// PodCIDRs are the node's pod ranges (Node.spec.podCIDRs).
-	PodCIDRs []string  `json:"podCIDRs,omitempty"`
-	JoinedAt time.Time `json:"joinedAt"`
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
+	// Keepalive says the node keeps its paths open (PersistentKeepalive):
+	// it may be behind NAT (no public address of its own).
+	Keepalive bool      `json:"keepalive,omitempty"`
+	JoinedAt  time.Time `json:"joinedAt"`
 	// RotateRequested says a key rotation was asked for and the node has
 	// not published a new key yet.
 	RotateRequested bool      `json:"rotateRequested,omitempty"`
@@ -97,14 +100,17 @@ type (
 		PublicKey string   `json:"publicKey"`
 		Endpoint  string   `json:"endpoint,omitempty"`
 		PodCIDRs  []string `json:"podCIDRs,omitempty"`
+		Keepalive bool     `json:"keepalive,omitempty"`
 	}
-	// MeshNodeChanged records a node's endpoint or pod ranges changing.
+	// MeshNodeChanged records a node's endpoint, pod ranges or keepalive
+	// changing.
 	MeshNodeChanged struct {
 		OrgID     string   `json:"orgId"`
 		ClusterID string   `json:"clusterId"`
 		Node      string   `json:"node"`
 		Endpoint  string   `json:"endpoint,omitempty"`
 		PodCIDRs  []string `json:"podCIDRs,omitempty"`
+		Keepalive bool     `json:"keepalive,omitempty"`
 	}
 	// MeshKeyRotated records a node publishing a new public key.
 	MeshKeyRotated struct {
@@ -158,11 +164,11 @@ func (m *Mesh) ApplyAt(e Event, at time.Time) {
 	case MeshNodeJoined:
 		m.OrgID = e.OrgID
 		m.Nodes[MeshNodeKey(e.ClusterID, e.Node)] = &MeshNode{ClusterID: e.ClusterID, Node: e.Node, Address: e.Address,
-			PublicKey: e.PublicKey, Endpoint: e.Endpoint, PodCIDRs: e.PodCIDRs, JoinedAt: at, KeyRotatedAt: at}
+			PublicKey: e.PublicKey, Endpoint: e.Endpoint, PodCIDRs: e.PodCIDRs, Keepalive: e.Keepalive, JoinedAt: at, KeyRotatedAt: at}
 		m.Released = slices.DeleteFunc(m.Released, func(r ReleasedAddress) bool { return r.Address == e.Address })
 	case MeshNodeChanged:
 		if n := m.Nodes[MeshNodeKey(e.ClusterID, e.Node)]; n != nil {
-			n.Endpoint, n.PodCIDRs = e.Endpoint, e.PodCIDRs
+			n.Endpoint, n.PodCIDRs, n.Keepalive = e.Endpoint, e.PodCIDRs, e.Keepalive
 		}
 	case MeshKeyRotated:
 		if n := m.Nodes[MeshNodeKey(e.ClusterID, e.Node)]; n != nil {
@@ -195,6 +201,9 @@ type MeshNodeReport struct {
 	// reached from outside).
 	Endpoint string
 	PodCIDRs []string
+	// Keepalive: the node keeps its paths open (it has no public address,
+	// or cannot be reached at its endpoint).
+	Keepalive bool
 }
 
 // ReportMeshNodes records what a cluster's agent reports of its nodes:
@@ -439,14 +448,16 @@ func (m *Mesh) decideReport(c ReportMeshNodes, meta Meta) (Decision, error) {
 			}
 			taken[addr] = true
 			events = append(events, MeshNodeJoined{OrgID: c.OrgID, ClusterID: c.ClusterID, Node: r.Node, Address: addr,
-				PublicKey: r.PublicKey, Endpoint: r.Endpoint, PodCIDRs: ch.podCIDRs})
+				PublicKey: r.PublicKey, Endpoint: r.Endpoint, PodCIDRs: ch.podCIDRs, Keepalive: r.Keepalive || r.Endpoint == ""})
 			continue
 		}
 		if cur.PublicKey != r.PublicKey {
 			events = append(events, MeshKeyRotated{OrgID: c.OrgID, ClusterID: c.ClusterID, Node: r.Node, PublicKey: r.PublicKey, Requested: cur.RotateRequested})
 		}
-		if cur.Endpoint != r.Endpoint || !slices.Equal(cur.PodCIDRs, ch.podCIDRs) {
-			events = append(events, MeshNodeChanged{OrgID: c.OrgID, ClusterID: c.ClusterID, Node: r.Node, Endpoint: r.Endpoint, PodCIDRs: ch.podCIDRs})
+		keepalive := r.Keepalive || r.Endpoint == ""
+		if cur.Endpoint != r.Endpoint || !slices.Equal(cur.PodCIDRs, ch.podCIDRs) || cur.Keepalive != keepalive {
+			events = append(events, MeshNodeChanged{OrgID: c.OrgID, ClusterID: c.ClusterID, Node: r.Node, Endpoint: r.Endpoint,
+				PodCIDRs: ch.podCIDRs, Keepalive: keepalive})
 		}
 	}
 	if !slices.Equal(m.ServiceCIDRs[c.ClusterID], svc) && (len(svc) > 0 || len(m.ServiceCIDRs[c.ClusterID]) > 0) {
@@ -504,6 +515,8 @@ func auditMesh(e Event) (AuditEntry, bool) {
 		return AuditEntry{"mesh.key.rotate", "cluster", e.ClusterID, fmt.Sprintf("node %s: rotation requested (%s)", e.Node, e.Reason)}, true
 	case MeshNodeLeft:
 		return AuditEntry{"mesh.node.leave", "cluster", e.ClusterID, fmt.Sprintf("node %s (%s): %s", e.Node, e.Address, e.Reason)}, true
+	case MeshRevisionCompiled:
+		return AuditEntry{"mesh.revision.compile", "cluster", e.ClusterID, fmt.Sprintf("%d nodes, %d peers, %s", len(e.Mesh.Nodes), len(e.Mesh.Peers), e.Hash[:min(12, len(e.Hash))])}, true
 	case MeshServiceCIDRsReported:
 		return AuditEntry{"mesh.cluster.update", "cluster", e.ClusterID, "service ranges " + strings.Join(e.ServiceCIDRs, ", ")}, true
 	}

@@ -188,8 +188,10 @@ func addrLess(a, b string) bool {
 // and every node of the organisation as a peer. A peer's allowed IPs are its
 // mesh address, and for a node of another cluster whose ranges overlap no
 // other cluster's, its pod ranges (and the service ranges, on the cluster's
-// gateway: its node of the lowest address). A node without an endpoint
-// (behind NAT) keeps its paths open with a PersistentKeepalive of 25 s.
+// gateway: its node of the lowest address). A node that may be behind NAT
+// (no endpoint, or no public address: Keepalive) keeps its paths open with
+// a PersistentKeepalive of 25 s, and its peers learn where it is from its
+// packets.
 func (m *Mesh) Compile(clusterID string) MeshCompiled {
 	return m.CompileAll()[clusterID]
 }
@@ -230,7 +232,7 @@ func (m *Mesh) CompileAll() map[string]MeshCompiled {
 			if n.ClusterID == id {
 				c.Peers = append(c.Peers, near[i])
 				node := MeshCompiledNode{Name: n.Node, Address: n.Address}
-				if n.Endpoint == "" {
+				if n.Keepalive || n.Endpoint == "" {
 					node.Keepalive = MeshKeepaliveSeconds
 				}
 				c.Nodes = append(c.Nodes, node)

@@ -65,6 +65,10 @@ type ClientConfig struct {
 	// (the whole set, each time); it must return at once. Nil: the agent
 	// does not run builds (its hello must say so).
 	Builds func(b Builds)
+	// MeshState is handed each mesh state the control plane sends (valid:
+	// an invalid one closes the connection); nil for an agent that does not
+	// relay them (its hello must not say mesh).
+	MeshState func(s MeshState)
 }
 
 // Report is a frame the agent sends on its own: a status or a log batch.
@@ -338,6 +342,15 @@ func (c *Client) session(ctx context.Context) (_ bool, err error) {
 			}
 			if c.cfg.Builds != nil {
 				c.cfg.Builds(b)
+			}
+		case TypeMeshState:
+			var ms MeshState
+			if err := DecodeValid(env, &ms); err != nil {
+				cn.close(websocket.ClosePolicyViolation, err.Error())
+				return true, err
+			}
+			if c.cfg.MeshState != nil {
+				c.cfg.MeshState(ms)
 			}
 		case TypeError:
 			var em ErrorMessage

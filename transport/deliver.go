@@ -31,7 +31,93 @@ func (h *Hub) deliverLoop(ctx context.Context, ac *agentConn) {
 			continue
 		}
 		h.deliver(ctx, ac, heads[ac.peer.ClusterID], nil)
+		h.deliverMesh(ctx, ac, nil)
 	}
+}
+
+// deliverMesh sends the connection its cluster's latest mesh revision when
+// it does not have it (head: known already, or 0 to look it up).
+func (h *Hub) deliverMesh(ctx context.Context, ac *agentConn, heads map[string]int) {
+	if h.cfg.MeshHeads == nil || h.cfg.MeshFetch == nil {
+		return
+	}
+	ac.mu.Lock()
+	mesh, have := ac.mesh, ac.meshSent
+	ac.mu.Unlock()
+	if !mesh {
+		return
+	}
+	cluster := ac.peer.ClusterID
+	if heads == nil {
+		var err error
+		if heads, err = h.cfg.MeshHeads(ctx, []string{cluster}); err != nil {
+			h.cfg.Logger.Warn("looking up the mesh revision for an agent", "server", ac.peer.Name, "err", err)
+			return
+		}
+	}
+	head := heads[cluster]
+	if head <= have {
+		return
+	}
+	ac.delivering.Lock()
+	defer ac.delivering.Unlock()
+	st, err := h.cfg.MeshFetch(ctx, cluster, head)
+	if err != nil {
+		h.cfg.Logger.Warn("loading a mesh revision for an agent", "cluster", cluster, "revision", head, "err", err)
+		return
+	}
+	frame, err := Encode(TypeMeshState, fmt.Sprintf("mesh/%d", head), st)
+	if err != nil {
+		return
+	}
+	if err := h.recheck(ctx, ac); err != nil {
+		return
+	}
+	if err := ac.c.send(frame); err != nil {
+		return
+	}
+	ac.mu.Lock()
+	ac.meshSent = max(ac.meshSent, head)
+	ac.mu.Unlock()
+}
+
+// RefreshMesh sends every connected agent that relays mesh states its
+// cluster's latest mesh revision, when it does not have it: called when mesh
+// revisions were recorded (here, or on another replica).
+func (h *Hub) RefreshMesh(ctx context.Context) error {
+	if h.cfg.MeshHeads == nil {
+		return nil
+	}
+	h.mu.Lock()
+	var conns []*agentConn
+	clusters := map[string]bool{}
+	for _, ac := range h.conns {
+		ac.mu.Lock()
+		mesh := ac.mesh
+		ac.mu.Unlock()
+		if mesh {
+			conns = append(conns, ac)
+			clusters[ac.peer.ClusterID] = true
+		}
+	}
+	h.mu.Unlock()
+	if len(conns) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(clusters))
+	for id := range clusters {
+		ids = append(ids, id)
+	}
+	heads, err := h.cfg.MeshHeads(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("looking up the latest mesh revisions: %w", err)
+	}
+	var wg sync.WaitGroup
+	for _, ac := range conns {
+		wg.Go(func() { h.deliverMesh(ctx, ac, heads) })
+	}
+	wg.Wait()
+	return nil
 }
 
 // deliver sends the heads the connection does not have yet. fetched caches

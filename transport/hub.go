@@ -54,6 +54,13 @@ type HubConfig struct {
 	// (applied before this control plane was restored from a backup) from
 	// one that is up to date. Nil: a revision number is taken to say it all.
 	RevisionHash func(ctx context.Context, environmentID string, revision int) (string, error)
+	// MeshHeads returns the latest mesh revision of each cluster (0: none),
+	// and MeshFetch one revision: for agents whose hello says mesh. Nil: no
+	// mesh states are sent.
+	MeshHeads func(ctx context.Context, clusterIDs []string) (map[string]int, error)
+	MeshFetch func(ctx context.Context, clusterID string, revision int) (MeshState, error)
+	// OnMeshReport is told of what an agent reports of its nodes.
+	OnMeshReport func(ctx context.Context, p Peer, r MeshReport)
 	// Callbacks; each may be nil.
 	OnHello     func(ctx context.Context, p Peer, h Hello)
 	OnHeartbeat func(ctx context.Context, p Peer, h Heartbeat)
@@ -112,6 +119,10 @@ type agentConn struct {
 	// last set of builds sent, so that the same set is not sent again.
 	builds     bool
 	buildsSent string
+	// mesh says the agent relays mesh states; meshSent is the revision it
+	// has, or has been sent.
+	mesh     bool
+	meshSent int
 }
 
 // NewHub returns a hub; it serves until ctx ends.
@@ -278,6 +289,7 @@ func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
 	}
 	ac.mu.Lock()
 	ac.builds = hello.Builds
+	ac.mesh, ac.meshSent = hello.Mesh, hello.MeshApplied
 	// The first set goes out even when it is empty: the agent may run
 	// Jobs of builds that ended while it was away, which it stops then.
 	ac.buildsSent = unsentBuilds
@@ -346,6 +358,14 @@ func (h *Hub) readLoop(ctx context.Context, ac *agentConn) string {
 			ac.mu.Unlock()
 			if h.cfg.OnAck != nil {
 				h.cfg.OnAck(ctx, *ac.peer, a)
+			}
+		case TypeMeshReport:
+			var mr MeshReport
+			if err := DecodeValid(env, &mr); err != nil {
+				return refuse(ac.c, err)
+			}
+			if h.cfg.OnMeshReport != nil {
+				h.cfg.OnMeshReport(ctx, *ac.peer, mr)
 			}
 		case TypeStatus:
 			var st Status

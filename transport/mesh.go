@@ -13,6 +13,62 @@ import (
 // its cluster through the Kubernetes API, and they configure their
 // interface from it. Keys never leave their node: only public keys travel.
 
+// Frames of the mesh.
+const (
+	// TypeMeshReport (agent -> control plane): payload MeshReport, sent by
+	// the leader with its status reports when the mesh is installed.
+	TypeMeshReport = "mesh_report"
+	// TypeMeshState (control plane -> agent): payload MeshState, sent to
+	// agents whose hello says mesh.
+	TypeMeshState = "mesh_state"
+)
+
+// MeshReport is what a cluster's agent reports of its nodes for the mesh:
+// the node agents' reports, every node of the cluster with its pod ranges,
+// and the cluster's service ranges.
+type MeshReport struct {
+	Nodes        []MeshNodeReport  `json:"nodes"`
+	ClusterNodes []MeshClusterNode `json:"clusterNodes"`
+	ServiceCIDRs []string          `json:"serviceCIDRs,omitempty"`
+}
+
+// MeshClusterNode is one Kubernetes node of the cluster.
+type MeshClusterNode struct {
+	Name     string   `json:"name"`
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
+}
+
+// Validate checks a mesh report.
+func (r MeshReport) Validate() error {
+	var c fieldCheck
+	c.count("nodes", len(r.Nodes), maxNodes)
+	c.count("clusterNodes", len(r.ClusterNodes), maxNodes)
+	if c.err == nil && len(r.ClusterNodes) == 0 {
+		c.err = fmt.Errorf("clusterNodes is empty: a report names the cluster's nodes")
+	}
+	c.count("serviceCIDRs", len(r.ServiceCIDRs), maxAllowedIPs)
+	for _, n := range r.Nodes {
+		if c.err == nil {
+			c.err = n.Validate()
+		}
+	}
+	for _, n := range r.ClusterNodes {
+		c.text("clusterNodes.name", n.Name, maxName)
+		c.count("clusterNodes.podCIDRs", len(n.PodCIDRs), maxAllowedIPs)
+		for _, p := range n.PodCIDRs {
+			if _, err := netip.ParsePrefix(p); c.err == nil && err != nil {
+				c.err = fmt.Errorf("node %s: pod range %q is not a CIDR", n.Name, truncateQuoted(p))
+			}
+		}
+	}
+	for _, p := range r.ServiceCIDRs {
+		if _, err := netip.ParsePrefix(p); c.err == nil && err != nil {
+			c.err = fmt.Errorf("service range %q is not a CIDR", truncateQuoted(p))
+		}
+	}
+	return c.result(TypeMeshReport)
+}
+
 // MeshListenPort is the UDP port the node agents listen on by default.
 const MeshListenPort = 51820
 

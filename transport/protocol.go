@@ -99,6 +99,11 @@ type Hello struct {
 	// agent that predates builds is never sent one, which it would take for
 	// an unknown frame.
 	Builds bool `json:"builds,omitempty"`
+	// Mesh says the agent relays mesh states to its node agents (it
+	// understands TypeMeshState); MeshApplied is the mesh revision its
+	// cluster holds.
+	Mesh        bool `json:"mesh,omitempty"`
+	MeshApplied int  `json:"meshApplied,omitempty"`
 }
 
 // AppliedRevision is a revision an environment's namespace records as

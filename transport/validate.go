@@ -111,6 +111,7 @@ func (h Hello) Validate() error {
 		c.text("applied environment id", env, maxShort)
 		c.nonNegative("applied revision", rev)
 	}
+	c.nonNegative("meshApplied", h.MeshApplied)
 	c.count("recorded", len(h.Recorded), maxApplied)
 	for env, r := range h.Recorded {
 		c.text("recorded environment id", env, maxShort)

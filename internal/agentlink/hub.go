@@ -28,6 +28,7 @@ func (l *Link) makeHub() error {
 			return p, err
 		},
 		Heads: l.Heads, Fetch: l.Fetch,
+		MeshHeads: l.MeshHeads, MeshFetch: l.MeshFetch, OnMeshReport: l.OnMeshReport,
 		RevisionHash: func(ctx context.Context, envID string, n int) (string, error) {
 			return projections.RevisionHash(ctx, l.cfg.Pool, envID, n)
 		},
@@ -87,10 +88,11 @@ func (l *Link) PushRevisions(ctx context.Context, waker *eventstore.Waker) error
 		// at when notifications were lost, and every few seconds anyway.
 		appended, lost := waker.TakeAppended()
 		revisions := map[string]int{}
-		clusterChanged := false
+		clusterChanged, meshChanged := false, false
 		for _, p := range appended {
 			stream, v, ok := strings.Cut(p, "@")
 			kind, id := domain.StreamID(stream)
+			meshChanged = meshChanged || kind == "meshrev"
 			// A revoked credential is an event of its cluster's stream.
 			clusterChanged = clusterChanged || kind == "cluster"
 			if n, err := strconv.Atoi(v); ok && stream == domain.RevisionStream(id) && err == nil && n > revisions[id] {
@@ -109,6 +111,11 @@ func (l *Link) PushRevisions(ctx context.Context, waker *eventstore.Waker) error
 				continue
 			}
 			l.hub.Load().Deliver(ctx, heads)
+		}
+		if full || lost || meshChanged {
+			if err := l.hub.Load().RefreshMesh(ctx); err != nil && ctx.Err() == nil {
+				l.cfg.Logger.Warn("pushing mesh revisions to agents", "err", err)
+			}
 		}
 		if !full && !lost && !clusterChanged {
 			continue

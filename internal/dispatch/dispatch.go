@@ -314,6 +314,24 @@ func (h *Handler) Server(ctx context.Context, c Context, orgID, serverID string,
 		func(s *domain.ServerLink, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
 }
 
+// Mesh executes a command of an organisation's mesh.
+func (h *Handler) Mesh(ctx context.Context, c Context, orgID string, cmd domain.MeshCommand) (Result, error) {
+	return run(ctx, h, c, cmd, domain.MeshStream(orgID), orgID, domain.NewMesh,
+		func(s *domain.Mesh, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
+}
+
+// MeshState reads an organisation's mesh as its stream has it now.
+func (h *Handler) MeshState(ctx context.Context, orgID string) (*domain.Mesh, error) {
+	m, _, _, _, err := load(ctx, h, domain.MeshStream(orgID), orgID, domain.NewMesh)
+	return m, err
+}
+
+// MeshRevision records a cluster's mesh revision when it changed.
+func (h *Handler) MeshRevision(ctx context.Context, c Context, cmd domain.RecordMeshRevision) (Result, error) {
+	return run(ctx, h, c, cmd, domain.MeshRevisionStream(cmd.ClusterID), cmd.OrgID, domain.NewMeshRevisions,
+		func(s *domain.MeshRevisions, m domain.Meta) (domain.Decision, error) { return s.Decide(cmd, m) })
+}
+
 // commandName is a command's type name, such as CreateProject.
 func commandName(cmd any) string {
 	t := reflect.TypeOf(cmd)

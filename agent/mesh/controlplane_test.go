@@ -1,0 +1,161 @@
+package mesh_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nebulactrl/nebulactrl/agent"
+	"github.com/nebulactrl/nebulactrl/agent/mesh"
+	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/client"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/netnstest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// startClusterAgent runs the cluster's agent, registered with a join token
+// of the control plane. It runs as the API server's administrator: the
+// install manifest's RBAC for the mesh's namespace is not part of this test.
+func startClusterAgent(t *testing.T, s *site, url, joinToken string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	reg, err := transport.Register(ctx, url, nil, transport.RegisterRequest{JoinToken: joinToken, Name: s.id + "-agent"})
+	require.NoError(t, err)
+	a, err := agent.New(agent.Config{
+		Link:   transport.ClientConfig{URL: url, Credential: reg.Credential, AllowPlain: true, MinBackoff: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Heartbeat: time.Second},
+		Client: s.admin, Version: "1.0.0", Identity: s.id + "-agent", ReportEvery: 500 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func addNode(t *testing.T, s *site, name, podCIDR string) {
+	t.Helper()
+	_, err := s.admin.CoreV1().Nodes().Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// The whole path, with real parts: node agents publish their keys in two
+// real API servers, the clusters' real agents report them to a real control
+// plane, which allocates the mesh addresses (recorded as events), compiles
+// each cluster's peers and sends them back over the agents' links, and the
+// node agents configure wireguard-go with wgctrl from them: every node
+// pings every other node's mesh address, the one behind NAT included; a
+// node deleted from its cluster leaves the mesh (it reaches nobody, nobody
+// reaches it); a node claiming another node's key is refused and changes
+// nothing.
+func TestTheControlPlaneMeshesTheNodesOfTwoClusters(t *testing.T) {
+	netnstest.Require(t)
+	ctx := context.Background()
+	srv := servertest.Start(t, servertest.Options{})
+	token := srv.Setup(t, "root@example.com", "acme")
+	cl, err := client.New(srv.URL, token)
+	require.NoError(t, err)
+
+	lan := netnstest.New(t, "lan")
+	lan.Must(t, "ip", "link", "add", "br0", "type", "bridge")
+	lan.Must(t, "ip", "link", "set", "br0", "up")
+	lan.Must(t, "ip", "addr", "add", "10.77.0.1/24", "dev", "br0")
+	a, b := newSite(t, "eu-1"), newSite(t, "us-1")
+	nodes := []*node{
+		{name: "a1", cluster: "eu-1"}, {name: "a2", cluster: "eu-1"},
+		{name: "b1", cluster: "us-1"}, {name: "b2", cluster: "us-1"}, // b2 behind NAT
+	}
+	siteOf := map[string]*site{"eu-1": a, "us-1": b}
+	for i, n := range nodes {
+		addNode(t, siteOf[n.cluster], n.name, fmt.Sprintf("10.42.%d.0/24", i))
+		n.ns = netnstest.New(t, n.name)
+		if n.name == "b2" {
+			nat := netnstest.New(t, "nat")
+			netnstest.Link(t, n.ns, "eth0", "10.78.0.2/24", nat, "in0", "10.78.0.1/24")
+			netnstest.Link(t, nat, "out0", "10.77.0.30/24", lan, "v-nat", "")
+			lan.Must(t, "ip", "link", "set", "v-nat", "master", "br0")
+			n.ns.Must(t, "ip", "route", "add", "default", "via", "10.78.0.1")
+			nat.Must(t, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+			nat.Must(t, "nft", "add table ip nat; add chain ip nat masq { type nat hook postrouting priority 100; }; add rule ip nat masq oifname out0 masquerade; "+
+				"add table ip filter; add chain ip filter gate { type filter hook forward priority 0; policy drop; }; "+
+				"add rule ip filter gate iifname in0 accept; add rule ip filter gate ct state established,related accept")
+		} else {
+			netnstest.Link(t, n.ns, "eth0", fmt.Sprintf("10.77.0.%d/24", 10+i), lan, "v-"+n.name, "")
+			lan.Must(t, "ip", "link", "set", "v-"+n.name, "master", "br0")
+			n.ns.Must(t, "ip", "route", "add", "default", "via", "10.77.0.1")
+		}
+		startNode(t, siteOf[n.cluster], n)
+	}
+	for _, s := range []*site{a, b} {
+		c, err := cl.CreateCluster(ctx, "acme", api.CreateClusterRequest{Name: s.id})
+		require.NoError(t, err)
+		startClusterAgent(t, s, srv.URL, c.JoinToken.Token)
+	}
+
+	// The addresses the control plane gave, as each cluster's state says.
+	addresses := func(s *site) map[string]string {
+		cm, err := s.admin.CoreV1().ConfigMaps(mesh.DefaultNamespace).Get(ctx, mesh.PeersConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		var st transport.MeshState
+		if json.Unmarshal([]byte(cm.Data[mesh.StateKey]), &st) != nil {
+			return nil
+		}
+		out := map[string]string{}
+		for _, n := range st.Nodes {
+			out[n.Name] = n.Address
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { return len(addresses(a)) == 2 && len(addresses(b)) == 2 }, 60*time.Second, 200*time.Millisecond,
+		"each cluster's agent hands its nodes their addresses")
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		n.address = addresses(siteOf[n.cluster])[n.name]
+		require.NotEmpty(t, n.address)
+		require.False(t, seen[n.address], "one address per node")
+		seen[n.address] = true
+	}
+	for _, from := range nodes {
+		for _, to := range nodes {
+			if from != to {
+				require.Eventually(t, func() bool { return pings(from, to.address) }, 30*time.Second, 100*time.Millisecond,
+					"%s reaches %s (%s) over the mesh", from.name, to.name, to.address)
+			}
+		}
+	}
+
+	// A node claiming another node's key: refused, nothing changes.
+	addNode(t, b, "b9", "10.42.9.0/24")
+	a1 := reportOf(t, a, "a1")
+	bad, err := json.Marshal(transport.MeshNodeReport{Node: "b9", PublicKey: a1.PublicKey, Endpoints: []string{"10.77.0.99:51820"}})
+	require.NoError(t, err)
+	_, err = b.admin.CoreV1().ConfigMaps(mesh.DefaultNamespace).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: mesh.ReportName("b9"), Labels: map[string]string{mesh.NodeLabel: "b9"}},
+		Data:       map[string]string{mesh.ReportKey: string(bad)}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	time.Sleep(3 * time.Second) // several report rounds
+	require.NotContains(t, addresses(b), "b9")
+	require.True(t, pings(nodes[2], nodes[0].address), "a1 is still reached at its key")
+	require.NoError(t, b.admin.CoreV1().ConfigMaps(mesh.DefaultNamespace).Delete(ctx, mesh.ReportName("b9"), metav1.DeleteOptions{}))
+
+	// a2 is deleted from its cluster: it leaves the mesh.
+	require.NoError(t, a.admin.CoreV1().Nodes().Delete(ctx, "a2", metav1.DeleteOptions{}))
+	a2 := nodes[1]
+	require.Eventually(t, func() bool { _, ok := addresses(a)["a2"]; return !ok }, 30*time.Second, 200*time.Millisecond)
+	for _, other := range []*node{nodes[0], nodes[2], nodes[3]} {
+		require.Eventually(t, func() bool { return !pings(other, a2.address) && !pings(a2, other.address) }, 30*time.Second, 200*time.Millisecond,
+			"%s and the removed a2 no longer reach each other", other.name)
+	}
+	require.True(t, pings(nodes[0], nodes[3].address), "the others still reach each other")
+}

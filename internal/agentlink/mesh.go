@@ -1,0 +1,156 @@
+package agentlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/internal/dispatch"
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+// The mesh through the link: what agents report of their nodes is decided
+// on the organisation's mesh stream; every change recompiles each cluster's
+// part, recorded as that cluster's mesh revision when it differs, and sent
+// to its agents.
+
+// OnMeshReport decides what an agent reports of its nodes. The endpoint
+// peers use is the node's first candidate (the interface of its default
+// route); a node with no public address keeps its paths open (it may be
+// behind NAT). A report the mesh refuses (a node claiming another node's
+// key) changes nothing and is logged.
+func (l *Link) OnMeshReport(ctx context.Context, p transport.Peer, r transport.MeshReport) {
+	cmd := domain.ReportMeshNodes{OrgID: p.OrgID, ClusterID: p.ClusterID}
+	pods := map[string][]string{}
+	for _, n := range r.ClusterNodes {
+		cmd.ClusterNodes = append(cmd.ClusterNodes, n.Name)
+		pods[n.Name] = n.PodCIDRs
+	}
+	cmd.ServiceCIDRs = r.ServiceCIDRs
+	for _, n := range r.Nodes {
+		nr := domain.MeshNodeReport{Node: n.Node, PublicKey: n.PublicKey, PodCIDRs: pods[n.Node], Keepalive: true}
+		if len(n.Endpoints) > 0 {
+			nr.Endpoint = n.Endpoints[0]
+		}
+		for _, e := range n.Endpoints {
+			if ap, err := netip.ParseAddrPort(e); err == nil && publicAddr(ap.Addr()) {
+				nr.Keepalive = false
+			}
+		}
+		cmd.Nodes = append(cmd.Nodes, nr)
+	}
+	actor := domain.Actor{Kind: domain.ActorAgent, ID: p.ServerID, Name: p.Name}
+	if err := l.MeshCommand(ctx, dispatch.Context{Actor: actor}, p.OrgID, cmd); err != nil {
+		l.cfg.Logger.Warn("the mesh refused a report of the cluster's nodes", "server", p.Name, "err", err)
+	}
+}
+
+// publicAddr reports whether a is reachable from the internet: not private,
+// loopback, link-local, shared (RFC 6598) or documentation space.
+func publicAddr(a netip.Addr) bool {
+	a = a.Unmap()
+	if !a.IsGlobalUnicast() || a.IsPrivate() {
+		return false
+	}
+	for _, p := range []string{"100.64.0.0/10", "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"} {
+		if netip.MustParsePrefix(p).Contains(a) {
+			return false
+		}
+	}
+	return true
+}
+
+// MeshCommand executes a mesh command and, when it changed the mesh,
+// records the new revision of every cluster whose part changed: all of the
+// organisation's clusters, and those whose nodes all left.
+func (l *Link) MeshCommand(ctx context.Context, c dispatch.Context, orgID string, cmd domain.MeshCommand) error {
+	res, err := l.cfg.Commands.Mesh(ctx, c, orgID, cmd)
+	if err != nil || len(res.Events) == 0 {
+		return err
+	}
+	touched := map[string]bool{}
+	for _, e := range res.Events {
+		switch e := e.(type) {
+		case domain.MeshNodeLeft:
+			touched[e.ClusterID] = true
+		case domain.MeshNodeJoined:
+			touched[e.ClusterID] = true
+		}
+	}
+	return l.RecompileMesh(ctx, orgID, touched)
+}
+
+// RecompileMesh records each cluster's mesh revision that changed.
+func (l *Link) RecompileMesh(ctx context.Context, orgID string, also map[string]bool) error {
+	m, err := l.cfg.Commands.MeshState(ctx, orgID)
+	if err != nil {
+		return fmt.Errorf("reading the mesh: %w", err)
+	}
+	compiled := m.CompileAll()
+	for id := range also {
+		if _, ok := compiled[id]; !ok {
+			compiled[id] = domain.MeshCompiled{Network: m.NetworkOrDefault()}
+		}
+	}
+	sys := dispatch.Context{Actor: domain.Actor{Kind: domain.ActorSystem, ID: "mesh", Name: "mesh"}}
+	var errs []error
+	for id, c := range compiled {
+		if _, err := l.cfg.Commands.MeshRevision(ctx, sys, domain.RecordMeshRevision{OrgID: orgID, ClusterID: id, Mesh: c}); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: %w", id, err))
+		}
+	}
+	if h := l.hub.Load(); h != nil {
+		if err := h.RefreshMesh(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// MeshHeads returns each cluster's latest mesh revision.
+func (l *Link) MeshHeads(ctx context.Context, clusterIDs []string) (map[string]int, error) {
+	streams := make([]string, len(clusterIDs))
+	for i, id := range clusterIDs {
+		streams[i] = domain.MeshRevisionStream(id)
+	}
+	versions, err := eventstore.StreamVersions(ctx, l.cfg.Pool, streams)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for i, id := range clusterIDs {
+		out[id] = versions[streams[i]]
+	}
+	return out, nil
+}
+
+// MeshFetch returns one mesh revision of a cluster, ready to send.
+func (l *Link) MeshFetch(ctx context.Context, clusterID string, revision int) (transport.MeshState, error) {
+	ev, ok, err := eventstore.EventAt(ctx, l.cfg.Pool, domain.MeshRevisionStream(clusterID), revision)
+	if err != nil {
+		return transport.MeshState{}, err
+	}
+	if !ok {
+		return transport.MeshState{}, fmt.Errorf("no mesh revision %d of cluster %s", revision, clusterID)
+	}
+	d, err := domain.Decode(ev.Type, ev.SchemaVersion, ev.Payload)
+	if err != nil {
+		return transport.MeshState{}, err
+	}
+	e, ok := d.(domain.MeshRevisionCompiled)
+	if !ok {
+		return transport.MeshState{}, fmt.Errorf("mesh revision %d of cluster %s is a %s", revision, clusterID, ev.Type)
+	}
+	st := transport.MeshState{ClusterID: clusterID, Revision: revision, Hash: e.Hash, Network: e.Mesh.Network,
+		Nodes: []transport.MeshNode{}, Peers: []transport.MeshPeer{}}
+	for _, n := range e.Mesh.Nodes {
+		st.Nodes = append(st.Nodes, transport.MeshNode{Name: n.Name, Address: n.Address, Keepalive: n.Keepalive})
+	}
+	for _, p := range e.Mesh.Peers {
+		st.Peers = append(st.Peers, transport.MeshPeer{Cluster: p.Cluster, Node: p.Node, PublicKey: p.PublicKey, Endpoint: p.Endpoint, AllowedIPs: p.AllowedIPs})
+	}
+	return st, nil
+}
