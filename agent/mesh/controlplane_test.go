@@ -56,7 +56,7 @@ func addNode(t *testing.T, s *site, name, podCIDR string) {
 // pings every other node's mesh address, the one behind NAT included; a
 // node deleted from its cluster leaves the mesh (it reaches nobody, nobody
 // reaches it); a node claiming another node's key is refused and changes
-// nothing.
+// nothing; a deleted cluster's nodes leave it.
 func TestTheControlPlaneMeshesTheNodesOfTwoClusters(t *testing.T) {
 	netnstest.Require(t)
 	ctx := context.Background()
@@ -158,4 +158,22 @@ func TestTheControlPlaneMeshesTheNodesOfTwoClusters(t *testing.T) {
 			"%s and the removed a2 no longer reach each other", other.name)
 	}
 	require.True(t, pings(nodes[0], nodes[3].address), "the others still reach each other")
+
+	// us-1 is deleted: its nodes leave the mesh. Its agent's credential
+	// goes with it, so its own nodes hear no more; the others drop them,
+	// which cuts both directions (a handshake needs both keys).
+	require.NoError(t, cl.DeleteCluster(ctx, "acme", "us-1"))
+	peersOfA := func() int {
+		cm, err := a.admin.CoreV1().ConfigMaps(mesh.DefaultNamespace).Get(ctx, mesh.PeersConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return -1
+		}
+		var st transport.MeshState
+		_ = json.Unmarshal([]byte(cm.Data[mesh.StateKey]), &st)
+		return len(st.Peers)
+	}
+	require.Eventually(t, func() bool { return peersOfA() == 1 }, 30*time.Second, 200*time.Millisecond,
+		"eu-1's peers are its own a1 alone")
+	require.Eventually(t, func() bool { return !pings(nodes[0], nodes[2].address) && !pings(nodes[2], nodes[0].address) }, 30*time.Second, 200*time.Millisecond,
+		"a1 and b1 of the deleted cluster no longer reach each other")
 }

@@ -2,7 +2,6 @@ package agentlink
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 
@@ -63,51 +62,11 @@ func publicAddr(a netip.Addr) bool {
 	return true
 }
 
-// MeshCommand executes a mesh command and, when it changed the mesh,
-// records the new revision of every cluster whose part changed: all of the
-// organisation's clusters, and those whose nodes all left.
+// MeshCommand executes a mesh command; the reactions recompile the
+// clusters' parts it changed.
 func (l *Link) MeshCommand(ctx context.Context, c dispatch.Context, orgID string, cmd domain.MeshCommand) error {
-	res, err := l.cfg.Commands.Mesh(ctx, c, orgID, cmd)
-	if err != nil || len(res.Events) == 0 {
-		return err
-	}
-	touched := map[string]bool{}
-	for _, e := range res.Events {
-		switch e := e.(type) {
-		case domain.MeshNodeLeft:
-			touched[e.ClusterID] = true
-		case domain.MeshNodeJoined:
-			touched[e.ClusterID] = true
-		}
-	}
-	return l.RecompileMesh(ctx, orgID, touched)
-}
-
-// RecompileMesh records each cluster's mesh revision that changed.
-func (l *Link) RecompileMesh(ctx context.Context, orgID string, also map[string]bool) error {
-	m, err := l.cfg.Commands.MeshState(ctx, orgID)
-	if err != nil {
-		return fmt.Errorf("reading the mesh: %w", err)
-	}
-	compiled := m.CompileAll()
-	for id := range also {
-		if _, ok := compiled[id]; !ok {
-			compiled[id] = domain.MeshCompiled{Network: m.NetworkOrDefault()}
-		}
-	}
-	sys := dispatch.Context{Actor: domain.Actor{Kind: domain.ActorSystem, ID: "mesh", Name: "mesh"}}
-	var errs []error
-	for id, c := range compiled {
-		if _, err := l.cfg.Commands.MeshRevision(ctx, sys, domain.RecordMeshRevision{OrgID: orgID, ClusterID: id, Mesh: c}); err != nil {
-			errs = append(errs, fmt.Errorf("cluster %s: %w", id, err))
-		}
-	}
-	if h := l.hub.Load(); h != nil {
-		if err := h.RefreshMesh(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	_, err := l.cfg.Commands.Mesh(ctx, c, orgID, cmd)
+	return err
 }
 
 // MeshHeads returns each cluster's latest mesh revision.

@@ -216,6 +216,9 @@ func (r *Reactions) react(ctx context.Context, tx pgx.Tx, e eventstore.Event, d 
 	if ops, handled, err := r.reactBuild(ctx, tx, e, d, c); handled {
 		return ops, err
 	}
+	if handled, err := r.reactMesh(ctx, e, d, c); handled {
+		return nil, err
+	}
 	switch d := d.(type) {
 	case domain.RevisionCompiled:
 		return nil, r.deliver(ctx, tx, e, d, c)
