@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"reflect"
 	"strconv"
 	"sync"
 	"time"
@@ -25,18 +24,14 @@ import (
 // meshRevisionAn is the peers ConfigMap's revision.
 const meshRevisionAn = "nebulactrl.io/mesh-revision"
 
-// meshReportEvery is how often the mesh report is sent when nothing in it
-// changed.
-const meshReportEvery = 5 * time.Minute
-
 // meshRelay keeps the relay's state.
 type meshRelay struct {
-	mu       sync.Mutex
-	applied  int
-	pending  *transport.MeshState
-	writing  bool
-	last     transport.MeshReport
-	lastSent time.Time
+	mu      sync.Mutex
+	applied int
+	pending *transport.MeshState
+	writing bool
+	// last is the last report sent.
+	last transport.MeshReport
 }
 
 func (a *Agent) meshNamespace() string {
@@ -125,8 +120,7 @@ func (a *Agent) writeMesh(ctx context.Context, s transport.MeshState) error {
 }
 
 // sendMeshReport reports the node agents' reports with the cluster's nodes
-// and service ranges, when the mesh is installed and something changed (or
-// every meshReportEvery).
+// and service ranges, when the mesh is installed.
 func (a *Agent) sendMeshReport(ctx context.Context, nodes []corev1.Node) {
 	if len(nodes) == 0 {
 		return
@@ -155,33 +149,16 @@ func (a *Agent) sendMeshReport(ctx context.Context, nodes []corev1.Node) {
 			r.ServiceCIDRs = append(r.ServiceCIDRs, c.Spec.CIDRs...)
 		}
 	}
-	if len(r.Nodes) == 0 && len(a.mesh.last.Nodes) == 0 {
-		return
-	}
-	// Handshakes and counters change all the time; what the control plane
-	// decides on changes rarely.
 	a.mesh.mu.Lock()
-	same := meshReportsEqual(a.mesh.last, r) && time.Since(a.mesh.lastSent) < meshReportEvery
+	none := len(r.Nodes) == 0 && len(a.mesh.last.Nodes) == 0
 	a.mesh.mu.Unlock()
-	if same {
-		return
+	if none {
+		return // the mesh is not installed here, or has no node yet
 	}
+	// Sent at every status report: the peers' handshakes are the mesh's
+	// health (the control plane decides only on what changed).
 	a.report(transport.TypeMeshReport, r)
 	a.mesh.mu.Lock()
-	a.mesh.last, a.mesh.lastSent = r, time.Now()
+	a.mesh.last = r
 	a.mesh.mu.Unlock()
-}
-
-// meshReportsEqual compares what the control plane decides on.
-func meshReportsEqual(a, b transport.MeshReport) bool {
-	strip := func(r transport.MeshReport) transport.MeshReport {
-		out := r
-		out.Nodes = nil
-		for _, n := range r.Nodes {
-			n.Peers = nil
-			out.Nodes = append(out.Nodes, n)
-		}
-		return out
-	}
-	return reflect.DeepEqual(strip(a), strip(b))
 }

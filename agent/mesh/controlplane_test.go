@@ -135,6 +135,44 @@ func TestTheControlPlaneMeshesTheNodesOfTwoClusters(t *testing.T) {
 		}
 	}
 
+	// The API's view: every node with its address, key fingerprint and a
+	// fresh handshake; both clusters run the API server's default service
+	// range, so they are meshed by node address only, and it says why.
+	require.Eventually(t, func() bool {
+		m, err := cl.Mesh(ctx, "acme")
+		require.NoError(t, err)
+		if len(m.Nodes) != 4 {
+			return false
+		}
+		for _, n := range m.Nodes {
+			if !n.Reachable || len(n.Peers) != 3 {
+				return false
+			}
+			for _, p := range n.Peers {
+				if p.LastHandshake == nil {
+					return false
+				}
+			}
+		}
+		return true
+	}, 30*time.Second, 200*time.Millisecond, "the API shows four reachable nodes with a handshake with each of their three peers")
+	m, err := cl.Mesh(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, "100.96.0.0/12", m.Network)
+	for _, n := range m.Nodes {
+		require.Equal(t, addresses(siteOf[n.Cluster])[n.Node], n.Address)
+		require.Equal(t, n.PublicKey[:8], n.Fingerprint)
+		require.True(t, n.Userspace)
+		require.Positive(t, n.Revision)
+		for _, p := range n.Peers {
+			require.NotEmpty(t, p.Node, "every peer is named")
+			require.NotNil(t, p.LastHandshake, "%s's peer %s: %+v", n.Node, p.Node, m)
+		}
+	}
+	require.Len(t, m.Overlaps, 2)
+	require.Contains(t, m.Overlaps[0].Reason, "--service-cidr")
+	require.Contains(t, m.Overlaps[0].Reason, "cluster us-1", "clusters are named, not numbered")
+
 	// A node claiming another node's key: refused, nothing changes.
 	addNode(t, b, "b9", "10.42.9.0/24")
 	a1 := reportOf(t, a, "a1")

@@ -8,7 +8,7 @@ import (
 // address is a path of names such as acme/shop/production/api: the one
 // place the client's commands parse them.
 type address struct {
-	Org, Project, Env, Service, Cluster string
+	Org, Project, Env, Service, Cluster, Node string
 }
 
 // Shapes of addresses the commands take.
@@ -20,18 +20,22 @@ const (
 	shapeTarget      = "ORG/PROJECT/ENV/SERVICE"
 	shapeEnvOrTarget = "ORG/PROJECT/ENV[/SERVICE]"
 	shapeCluster     = "ORG/CLUSTER"
+	shapeClusterNode = "ORG/CLUSTER[/NODE]"
 )
 
 // parseAddress splits s into the parts shape names. shapeEnvOrTarget takes
 // three or four parts.
 func parseAddress(s, shape string) (address, error) {
-	names := strings.Split(strings.TrimSuffix(shape, "[/SERVICE]"), "/")
+	names := strings.Split(strings.TrimSuffix(strings.TrimSuffix(shape, "[/SERVICE]"), "[/NODE]"), "/")
 	parts := strings.Split(s, "/")
 	if strings.TrimSpace(s) == "" {
 		parts = nil
 	}
 	if shape == shapeEnvOrTarget && len(parts) == 4 {
 		names = append(names, "SERVICE")
+	}
+	if shape == shapeClusterNode && len(parts) == 3 {
+		names = append(names, "NODE")
 	}
 	if len(parts) != len(names) {
 		got := fmt.Sprintf("%d parts", len(parts))
@@ -57,6 +61,8 @@ func parseAddress(s, shape string) (address, error) {
 			a.Service = p
 		case "CLUSTER":
 			a.Cluster = p
+		case "NODE":
+			a.Node = p
 		}
 	}
 	return a, nil
@@ -72,6 +78,9 @@ func (a address) String() string {
 	}
 	if a.Cluster != "" {
 		parts = append(parts, a.Cluster)
+	}
+	if a.Node != "" {
+		parts = append(parts, a.Node)
 	}
 	return strings.Join(parts, "/")
 }

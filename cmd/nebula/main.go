@@ -84,6 +84,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			secretKeyCommand(),
 			contextCommand(),
 			serverCommand(),
+			meshCommand(),
 			completionCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {},

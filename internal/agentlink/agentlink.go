@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -72,6 +73,8 @@ type Deliveries interface {
 // Link implements the hub's callbacks, and owns the hub.
 type Link struct {
 	cfg Config
+	// meshSeen is, per cluster, the last mesh report decided and when.
+	meshSeen sync.Map
 	// hub is the link's hub, made by New (its callbacks are the link's).
 	hub atomic.Pointer[transport.Hub]
 	// stopHub closes the agents' connections (Close).

@@ -2,12 +2,17 @@ package agentlink
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
+	"github.com/nebulactrl/nebulactrl/internal/telemetry"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -41,10 +46,37 @@ func (l *Link) OnMeshReport(ctx context.Context, p transport.Peer, r transport.M
 		}
 		cmd.Nodes = append(cmd.Nodes, nr)
 	}
+	if l.cfg.Telemetry != nil {
+		if err := l.cfg.Telemetry.SaveMeshStatus(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, r.Nodes); err != nil {
+			l.cfg.Logger.Warn("saving a mesh report", "server", p.Name, "err", err)
+		}
+	}
+	// The handshakes change at every report, what the mesh decides on
+	// rarely: the same again within meshDecideEvery is not decided again.
+	b, _ := json.Marshal(cmd)
+	sum := sha256.Sum256(b)
+	key := hex.EncodeToString(sum[:])
+	now := l.cfg.Now()
+	if v, ok := l.meshSeen.Load(p.ClusterID); ok {
+		if s := v.(meshSeen); s.hash == key && now.Sub(s.at) < meshDecideEvery {
+			return
+		}
+	}
 	actor := domain.Actor{Kind: domain.ActorAgent, ID: p.ServerID, Name: p.Name}
 	if err := l.MeshCommand(ctx, dispatch.Context{Actor: actor}, p.OrgID, cmd); err != nil {
+		l.meshSeen.Delete(p.ClusterID)
 		l.cfg.Logger.Warn("the mesh refused a report of the cluster's nodes", "server", p.Name, "err", err)
+		return
 	}
+	l.meshSeen.Store(p.ClusterID, meshSeen{hash: key, at: now})
+}
+
+// meshDecideEvery is how often an unchanged mesh report is decided again.
+const meshDecideEvery = 5 * time.Minute
+
+type meshSeen struct {
+	hash string
+	at   time.Time
 }
 
 // publicAddr reports whether a is reachable from the internet: not private,

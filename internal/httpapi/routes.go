@@ -185,6 +185,12 @@ func (a *API) routeTable() []route {
 			response: []api.ClusterEvent{}, status: ok, handle: a.clusterEvents},
 		{method: "GET", path: clusterPath + "/nodes", tag: "clusters", summary: "The cluster's nodes, as its agent reports them", scope: srvRead,
 			response: []api.Node{}, status: ok, handle: a.nodes},
+		{method: "GET", path: orgPath + "/mesh", tag: "mesh", summary: "The WireGuard mesh: its range, every node's mesh address, key fingerprint, endpoint and each peer's latest handshake; a node without a handshake in 3 minutes is unreachable, with the reason; clusters meshed by node address only, and why",
+			scope: srvRead, response: api.Mesh{}, status: ok, handle: a.mesh},
+		{method: "PUT", path: orgPath + "/mesh", tag: "mesh", summary: "Set the mesh range (default 100.96.0.0/12): it can grow, never shrink under its nodes (409)",
+			scope: srvWrit, request: api.MeshSettingsRequest{}, response: api.Mesh{}, status: ok, handle: a.updateMesh},
+		{method: "POST", path: clusterPath + "/mesh/rotate", tag: "mesh", summary: "Ask the cluster's nodes (or one: node) for new WireGuard keys; each node makes its own and publishes the public key",
+			scope: srvWrit, request: api.MeshRotateRequest{}, response: api.MeshRotateResponse{}, status: later, handle: a.rotateMesh},
 		{method: "GET", path: envPath + "/events", tag: "environments",
 			summary: "Follow an environment's activity (server-sent events): audit log entries about the environment, its services there, its deployments and change sets", scope: read,
 			status: ok, handle: a.environmentEvents, events: []streamEvent{

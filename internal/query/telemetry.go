@@ -11,6 +11,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/eventstore"
+	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 // StatusOfCluster reads the leases of a cluster's live servers (credential
@@ -132,6 +133,31 @@ func ClusterEvents(ctx context.Context, q eventstore.Querier, clusterID string) 
 			return nil, err
 		}
 		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// MeshReport is what a cluster's agent last reported of its mesh nodes.
+type MeshReport struct {
+	Nodes      []transport.MeshNodeReport
+	ReportedAt time.Time
+}
+
+// MeshStatus returns the organisation's clusters' last mesh reports.
+func MeshStatus(ctx context.Context, q eventstore.Querier, orgID string) (map[string]MeshReport, error) {
+	rows, err := q.Query(ctx, `SELECT cluster_id::text, nodes, reported_at FROM mesh_status WHERE org_id::text = $1`, orgID)
+	if err != nil {
+		return nil, fmt.Errorf("mesh status of %s: %w", orgID, err)
+	}
+	defer rows.Close()
+	out := map[string]MeshReport{}
+	for rows.Next() {
+		var id string
+		var r MeshReport
+		if err := rows.Scan(&id, &r.Nodes, &r.ReportedAt); err != nil {
+			return nil, err
+		}
+		out[id] = r
 	}
 	return out, rows.Err()
 }

@@ -283,3 +283,18 @@ func (s *Store) BuildLogs(ctx context.Context, buildID string, after int64, limi
 	}
 	return out, err
 }
+
+// SaveMeshStatus keeps what a cluster's agent reported of its mesh nodes.
+func (s *Store) SaveMeshStatus(ctx context.Context, src Source, nodes []transport.MeshNodeReport) error {
+	if nodes == nil {
+		nodes = []transport.MeshNodeReport{}
+	}
+	b, err := json.Marshal(nodes)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO mesh_status (cluster_id, org_id, nodes, reported_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (cluster_id) DO UPDATE SET nodes = excluded.nodes, reported_at = excluded.reported_at`,
+		src.ClusterID, src.OrgID, b, s.now().UTC())
+	return err
+}
