@@ -70,6 +70,7 @@ var codecs = map[string]eventCodec{
 	"mesh.node.left":              {1, decodeV1[MeshNodeLeft]},
 	"mesh.service_cidrs.reported": {1, decodeV1[MeshServiceCIDRsReported]},
 	"mesh.revision.compiled":      {1, decodeV1[MeshRevisionCompiled]},
+	"mesh.key.staged":             {1, decodeV1[MeshKeyStaged]},
 	"server.disconnected":         {1, decodeV1[ServerDisconnected]},
 	"project.created":             {1, decodeV1[ProjectCreated]},
 	"project.deleted":             {1, decodeV1[ProjectDeleted]},

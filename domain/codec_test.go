@@ -38,6 +38,7 @@ func TestEveryEventRoundTrips(t *testing.T) {
 		domain.MeshNodeChanged{OrgID: "o", ClusterID: clusterID, Node: "n1", PodCIDRs: []string{"10.42.1.0/24"}},
 		domain.MeshKeyRotated{OrgID: "o", ClusterID: clusterID, Node: "n1", PublicKey: "k2", Requested: true},
 		domain.MeshKeyRotationRequested{OrgID: "o", ClusterID: clusterID, Node: "n1", Reason: "schedule"},
+		domain.MeshKeyStaged{OrgID: "o", ClusterID: clusterID, Node: "n1", NextPublicKey: "k3"},
 		domain.MeshNodeLeft{OrgID: "o", ClusterID: clusterID, Node: "n1", Address: "100.96.0.1", Reason: "cluster deleted"},
 		domain.MeshServiceCIDRsReported{OrgID: "o", ClusterID: clusterID, ServiceCIDRs: []string{"10.43.0.0/16"}},
 		domain.MeshRevisionCompiled{OrgID: "o", ClusterID: clusterID, Hash: "h", Mesh: domain.MeshCompiled{Network: "100.96.0.0/12",

@@ -44,9 +44,12 @@ type MeshNode struct {
 	Keepalive bool      `json:"keepalive,omitempty"`
 	JoinedAt  time.Time `json:"joinedAt"`
 	// RotateRequested says a key rotation was asked for and the node has
-	// not published a new key yet.
+	// not switched to a new key yet.
 	RotateRequested bool      `json:"rotateRequested,omitempty"`
 	KeyRotatedAt    time.Time `json:"keyRotatedAt"`
+	// NextPublicKey is the key the node made to switch to (its peers accept
+	// it beside the current one until it does).
+	NextPublicKey string `json:"nextPublicKey,omitempty"`
 }
 
 // ReleasedAddress is the address of a node that left, and when.
@@ -121,6 +124,13 @@ type (
 		// Requested says the rotation was asked for (schedule or command).
 		Requested bool `json:"requested,omitempty"`
 	}
+	// MeshKeyStaged records the key a node will switch to.
+	MeshKeyStaged struct {
+		OrgID         string `json:"orgId"`
+		ClusterID     string `json:"clusterId"`
+		Node          string `json:"node"`
+		NextPublicKey string `json:"nextPublicKey"`
+	}
 	// MeshKeyRotationRequested asks a node for a new key.
 	MeshKeyRotationRequested struct {
 		OrgID     string `json:"orgId"`
@@ -150,6 +160,7 @@ func (MeshNodeJoined) EventType() string           { return "mesh.node.joined" }
 func (MeshNodeChanged) EventType() string          { return "mesh.node.changed" }
 func (MeshKeyRotated) EventType() string           { return "mesh.key.rotated" }
 func (MeshKeyRotationRequested) EventType() string { return "mesh.key.rotation_requested" }
+func (MeshKeyStaged) EventType() string            { return "mesh.key.staged" }
 func (MeshNodeLeft) EventType() string             { return "mesh.node.left" }
 func (MeshServiceCIDRsReported) EventType() string { return "mesh.service_cidrs.reported" }
 
@@ -172,7 +183,11 @@ func (m *Mesh) ApplyAt(e Event, at time.Time) {
 		}
 	case MeshKeyRotated:
 		if n := m.Nodes[MeshNodeKey(e.ClusterID, e.Node)]; n != nil {
-			n.PublicKey, n.RotateRequested, n.KeyRotatedAt = e.PublicKey, false, at
+			n.PublicKey, n.RotateRequested, n.KeyRotatedAt, n.NextPublicKey = e.PublicKey, false, at, ""
+		}
+	case MeshKeyStaged:
+		if n := m.Nodes[MeshNodeKey(e.ClusterID, e.Node)]; n != nil {
+			n.NextPublicKey = e.NextPublicKey
 		}
 	case MeshKeyRotationRequested:
 		if n := m.Nodes[MeshNodeKey(e.ClusterID, e.Node)]; n != nil {
@@ -200,7 +215,9 @@ type MeshNodeReport struct {
 	// Endpoint is the one its peers should use ("" when it cannot be
 	// reached from outside).
 	Endpoint string
-	PodCIDRs []string
+	// NextPublicKey is the key it made to switch to ("" when none).
+	NextPublicKey string
+	PodCIDRs      []string
 	// Keepalive: the node keeps its paths open (it has no public address,
 	// or cannot be reached at its endpoint).
 	Keepalive bool
@@ -375,9 +392,12 @@ func (m *Mesh) decideReport(c ReportMeshNodes, meta Meta) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	owner := map[string]string{} // public key -> node key
+	owner := map[string]string{} // public key (current or next) -> node key
 	for k, n := range m.Nodes {
 		owner[n.PublicKey] = k
+		if n.NextPublicKey != "" {
+			owner[n.NextPublicKey] = k
+		}
 	}
 	seen := map[string]bool{}
 	type checked struct {
@@ -405,6 +425,17 @@ func (m *Mesh) decideReport(c ReportMeshNodes, meta Meta) (Decision, error) {
 		if k, ok := owner[r.PublicKey]; ok && k != MeshNodeKey(c.ClusterID, r.Node) {
 			return Decision{}, conflictf("node %s claims the public key of node %s", r.Node, strings.SplitN(k, "/", 2)[1])
 		}
+		if r.NextPublicKey != "" {
+			if err := ValidateMeshKey(r.NextPublicKey); err != nil {
+				return Decision{}, invalidf("node %s: next key: %v", r.Node, err)
+			}
+			if k, ok := owner[r.NextPublicKey]; ok && k != MeshNodeKey(c.ClusterID, r.Node) {
+				return Decision{}, conflictf("node %s claims the public key of node %s", r.Node, strings.SplitN(k, "/", 2)[1])
+			}
+			if r.NextPublicKey == r.PublicKey {
+				return Decision{}, invalidf("node %s: its next key is its current key", r.Node)
+			}
+		}
 		pods, err := validCIDRs("node "+r.Node+" podCIDRs", r.PodCIDRs)
 		if err != nil {
 			return Decision{}, err
@@ -413,7 +444,9 @@ func (m *Mesh) decideReport(c ReportMeshNodes, meta Meta) (Decision, error) {
 	}
 	for i := range reports {
 		for j := i + 1; j < len(reports); j++ {
-			if reports[i].r.PublicKey == reports[j].r.PublicKey {
+			a, b := reports[i].r, reports[j].r
+			if a.PublicKey == b.PublicKey || a.NextPublicKey != "" && (a.NextPublicKey == b.PublicKey || a.NextPublicKey == b.NextPublicKey) ||
+				b.NextPublicKey != "" && b.NextPublicKey == a.PublicKey {
 				return Decision{}, conflictf("nodes %s and %s report the same public key", reports[i].r.Node, reports[j].r.Node)
 			}
 		}
@@ -453,6 +486,9 @@ func (m *Mesh) decideReport(c ReportMeshNodes, meta Meta) (Decision, error) {
 		}
 		if cur.PublicKey != r.PublicKey {
 			events = append(events, MeshKeyRotated{OrgID: c.OrgID, ClusterID: c.ClusterID, Node: r.Node, PublicKey: r.PublicKey, Requested: cur.RotateRequested})
+		}
+		if r.NextPublicKey != "" && r.NextPublicKey != cur.NextPublicKey {
+			events = append(events, MeshKeyStaged{OrgID: c.OrgID, ClusterID: c.ClusterID, Node: r.Node, NextPublicKey: r.NextPublicKey})
 		}
 		keepalive := r.Keepalive || r.Endpoint == ""
 		if cur.Endpoint != r.Endpoint || !slices.Equal(cur.PodCIDRs, ch.podCIDRs) || cur.Keepalive != keepalive {
@@ -513,6 +549,8 @@ func auditMesh(e Event) (AuditEntry, bool) {
 		return AuditEntry{"mesh.key.rotate", "cluster", e.ClusterID, fmt.Sprintf("node %s: new key %s", e.Node, KeyFingerprint(e.PublicKey))}, true
 	case MeshKeyRotationRequested:
 		return AuditEntry{"mesh.key.rotate", "cluster", e.ClusterID, fmt.Sprintf("node %s: rotation requested (%s)", e.Node, e.Reason)}, true
+	case MeshKeyStaged:
+		return AuditEntry{"mesh.key.rotate", "cluster", e.ClusterID, fmt.Sprintf("node %s: next key %s given to its peers", e.Node, KeyFingerprint(e.NextPublicKey))}, true
 	case MeshNodeLeft:
 		return AuditEntry{"mesh.node.leave", "cluster", e.ClusterID, fmt.Sprintf("node %s (%s): %s", e.Node, e.Address, e.Reason)}, true
 	case MeshRevisionCompiled:

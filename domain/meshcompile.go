@@ -24,6 +24,8 @@ type MeshCompiledNode struct {
 	Name      string
 	Address   string
 	Keepalive int
+	// Rotate asks the node for a new key (until it stages one).
+	Rotate bool `json:",omitempty"`
 }
 
 // MeshCompiledPeer is one node as its peers configure it.
@@ -33,6 +35,8 @@ type MeshCompiledPeer struct {
 	PublicKey  string
 	Endpoint   string
 	AllowedIPs []string
+	// NextPublicKey is the key the node will switch to.
+	NextPublicKey string `json:",omitempty"`
 }
 
 // MeshOverlap says why a cluster is meshed by node address only.
@@ -209,7 +213,8 @@ func (m *Mesh) CompileAll() map[string]MeshCompiled {
 	far := make([]MeshCompiledPeer, len(nodes))
 	near := make([]MeshCompiledPeer, len(nodes))
 	for i, n := range nodes {
-		near[i] = MeshCompiledPeer{Cluster: n.ClusterID, Node: n.Node, PublicKey: n.PublicKey, Endpoint: n.Endpoint, AllowedIPs: []string{n.Address + "/32"}}
+		near[i] = MeshCompiledPeer{Cluster: n.ClusterID, Node: n.Node, PublicKey: n.PublicKey, Endpoint: n.Endpoint, AllowedIPs: []string{n.Address + "/32"},
+			NextPublicKey: n.NextPublicKey}
 		far[i] = near[i]
 		if !overlapped[n.ClusterID] {
 			r := ranges[n.ClusterID]
@@ -231,7 +236,7 @@ func (m *Mesh) CompileAll() map[string]MeshCompiled {
 		for i, n := range nodes {
 			if n.ClusterID == id {
 				c.Peers = append(c.Peers, near[i])
-				node := MeshCompiledNode{Name: n.Node, Address: n.Address}
+				node := MeshCompiledNode{Name: n.Node, Address: n.Address, Rotate: n.RotateRequested && n.NextPublicKey == ""}
 				if n.Keepalive || n.Endpoint == "" {
 					node.Keepalive = MeshKeepaliveSeconds
 				}

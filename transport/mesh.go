@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/netip"
+	"time"
 )
 
 // The WireGuard mesh: every node of every cluster of an organisation on one
@@ -100,7 +101,16 @@ type MeshNode struct {
 	// for a node that cannot be reached from outside (behind NAT), 0
 	// otherwise.
 	Keepalive int `json:"keepalive,omitempty"`
+	// Rotate asks the node for a new key: it makes one and publishes it as
+	// its next key; it switches to it once the state lists it as its own
+	// next key (every peer was given it) and MeshRotationGrace has passed.
+	Rotate bool `json:"rotate,omitempty"`
 }
+
+// MeshRotationGrace is how long a node waits, once its next key is in the
+// mesh state, before it switches to it: time for every cluster's nodes to
+// take it.
+const MeshRotationGrace = 10 * time.Second
 
 // MeshPeer is one node as its peers configure it.
 type MeshPeer struct {
@@ -115,6 +125,10 @@ type MeshPeer struct {
 	// the nodes of other clusters their pod (and, for one node per
 	// cluster, service) ranges when they overlap no other cluster's.
 	AllowedIPs []string `json:"allowedIPs"`
+	// NextPublicKey is the key the node will switch to: its peers accept it
+	// beside the current one, and route to whichever of the two made the
+	// latest handshake, so that the switch costs one handshake.
+	NextPublicKey string `json:"nextPublicKey,omitempty"`
 }
 
 // MeshNodeReport is what a node agent publishes of itself and the cluster
@@ -123,6 +137,8 @@ type MeshPeer struct {
 type MeshNodeReport struct {
 	Node      string `json:"node"`
 	PublicKey string `json:"publicKey"`
+	// NextPublicKey is the key it made to rotate to, not in use yet.
+	NextPublicKey string `json:"nextPublicKey,omitempty"`
 	// Endpoints are the node's candidate endpoints (host:port), the one on
 	// the interface of the default route first.
 	Endpoints []string `json:"endpoints"`
@@ -214,6 +230,13 @@ func (m MeshState) Validate() error {
 			c.err = fmt.Errorf("public key %s is given to two peers", p.PublicKey)
 		}
 		keys[p.PublicKey] = true
+		if c.err == nil && p.NextPublicKey != "" {
+			c.err = ValidPublicKey(p.NextPublicKey)
+			if c.err == nil && keys[p.NextPublicKey] {
+				c.err = fmt.Errorf("public key %s is given to two peers", p.NextPublicKey)
+			}
+			keys[p.NextPublicKey] = true
+		}
 		if c.err == nil && p.Endpoint != "" {
 			c.err = ValidEndpoint(p.Endpoint)
 		}
@@ -233,6 +256,9 @@ func (r MeshNodeReport) Validate() error {
 	c.text("node", r.Node, maxName)
 	if c.err == nil {
 		c.err = ValidPublicKey(r.PublicKey)
+	}
+	if c.err == nil && r.NextPublicKey != "" {
+		c.err = ValidPublicKey(r.NextPublicKey)
 	}
 	c.nonNegative("revision", r.Revision)
 	c.count("endpoints", len(r.Endpoints), maxEndpoints)

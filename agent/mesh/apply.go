@@ -24,6 +24,13 @@ type plan struct {
 	address   netip.Prefix // the node's mesh address, with the network's length
 	keepalive time.Duration
 	peers     map[wgtypes.Key]transport.MeshPeer
+	// twins maps a peer's next key to its current one: both are peers, and
+	// the allowed IPs go to whichever made the latest handshake.
+	twins map[wgtypes.Key]wgtypes.Key
+	// rotate asks this node for a new key; ownNext is the next key the
+	// state gives this node's peers (its staged key once it is compiled).
+	rotate  bool
+	ownNext string
 	// routes are the allowed IPs outside the mesh network (other
 	// clusters' pod and service ranges): routed over the interface.
 	routes []netip.Prefix
@@ -34,7 +41,7 @@ type plan struct {
 // organisation, or not given an address yet) gives an empty plan: no
 // address, no peers.
 func planFor(s transport.MeshState, self string, own wgtypes.Key) (plan, error) {
-	p := plan{peers: map[wgtypes.Key]transport.MeshPeer{}}
+	p := plan{peers: map[wgtypes.Key]transport.MeshPeer{}, twins: map[wgtypes.Key]wgtypes.Key{}}
 	if err := s.Validate(); err != nil {
 		return p, err
 	}
@@ -46,13 +53,25 @@ func planFor(s transport.MeshState, self string, own wgtypes.Key) (plan, error) 
 	addr := netip.MustParseAddr(s.Nodes[i].Address)
 	p.address = netip.PrefixFrom(addr, network.Bits())
 	p.keepalive = time.Duration(s.Nodes[i].Keepalive) * time.Second
+	p.rotate = s.Nodes[i].Rotate
 	seen := map[netip.Prefix]bool{}
 	for _, peer := range s.Peers {
 		k, _ := wgtypes.ParseKey(peer.PublicKey)
-		if k == own.PublicKey() || peer.Cluster == s.ClusterID && peer.Node == self {
+		if peer.Cluster == s.ClusterID && peer.Node == self {
+			p.ownNext = peer.NextPublicKey
+			continue
+		}
+		if k == own.PublicKey() {
 			continue
 		}
 		p.peers[k] = peer
+		if peer.NextPublicKey != "" {
+			next, _ := wgtypes.ParseKey(peer.NextPublicKey)
+			twin := peer
+			twin.PublicKey = peer.NextPublicKey
+			p.peers[next] = twin
+			p.twins[next] = k
+		}
 		for _, a := range peer.AllowedIPs {
 			pfx := netip.MustParsePrefix(a).Masked()
 			if !network.Contains(pfx.Addr()) && !seen[pfx] {
@@ -84,10 +103,23 @@ func peerConfigs(p plan, dev *wgtypes.Device, now time.Time) []wgtypes.PeerConfi
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b wgtypes.Key) int { return slices.Compare(a[:], b[:]) })
+	// Of a peer's two keys during its rotation, the one that made the
+	// latest handshake gets the allowed IPs; the current one until then.
+	silent := map[wgtypes.Key]bool{}
+	for next, cur := range p.twins {
+		if current[next].LastHandshakeTime.After(current[cur].LastHandshakeTime) {
+			silent[cur] = true
+		} else {
+			silent[next] = true
+		}
+	}
 	for _, k := range keys {
 		want := p.peers[k]
 		ka := p.keepalive
 		pc := wgtypes.PeerConfig{PublicKey: k, ReplaceAllowedIPs: true, PersistentKeepaliveInterval: &ka}
+		if silent[k] {
+			want.AllowedIPs = nil
+		}
 		for _, a := range want.AllowedIPs {
 			pfx := netip.MustParsePrefix(a).Masked()
 			pc.AllowedIPs = append(pc.AllowedIPs, net.IPNet{IP: pfx.Addr().AsSlice(), Mask: net.CIDRMask(pfx.Bits(), pfx.Addr().BitLen())})

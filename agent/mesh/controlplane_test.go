@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,6 +176,28 @@ func TestTheControlPlaneMeshesTheNodesOfTwoClusters(t *testing.T) {
 	require.Contains(t, m.Overlaps[0].Reason, "--service-cidr")
 	require.Contains(t, m.Overlaps[0].Reason, "cluster us-1", "clusters are named, not numbered")
 
+	// a1's key is rotated under a continuous ping from b1: a handshake's
+	// worth of packets may go, no more.
+	before := a1Key(t, cl)
+	pinger := nodes[2].ns.Cmd("ping", "-i", "0.02", "-w", "14", "-q", nodes[0].address)
+	var pingOut strings.Builder
+	pinger.Stdout, pinger.Stderr = &pingOut, &pingOut
+	require.NoError(t, pinger.Start())
+	time.Sleep(time.Second)
+	rot, err := cl.RotateMeshKeys(ctx, "acme", "eu-1", "a1")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1"}, rot.Nodes)
+	require.Eventually(t, func() bool {
+		k := a1Key(t, cl)
+		return k.PublicKey != before.PublicKey && !k.RotateRequested
+	}, 12*time.Second, 100*time.Millisecond, "a1 switches to a key of its own making")
+	_ = pinger.Wait()
+	sent, got := pingCounts(t, pingOut.String())
+	t.Logf("rotation under ping every 20 ms: %d sent, %d received, %d lost", sent, got, sent-got)
+	require.Greater(t, sent, 500)
+	require.LessOrEqual(t, sent-got, 10, "the rotation loses at most 200 ms of packets: %s", pingOut.String())
+	require.True(t, pings(nodes[2], nodes[0].address) && pings(nodes[0], nodes[3].address), "a1 is reached with its new key, and reaches")
+
 	// A node claiming another node's key: refused, nothing changes.
 	addNode(t, b, "b9", "10.42.9.0/24")
 	a1 := reportOf(t, a, "a1")
@@ -214,4 +239,30 @@ func TestTheControlPlaneMeshesTheNodesOfTwoClusters(t *testing.T) {
 		"eu-1's peers are its own a1 alone")
 	require.Eventually(t, func() bool { return !pings(nodes[0], nodes[2].address) && !pings(nodes[2], nodes[0].address) }, 30*time.Second, 200*time.Millisecond,
 		"a1 and b1 of the deleted cluster no longer reach each other")
+}
+
+// a1Key is a1 as the API shows it.
+func a1Key(t *testing.T, cl *client.Client) api.MeshNode {
+	t.Helper()
+	m, err := cl.Mesh(t.Context(), "acme")
+	require.NoError(t, err)
+	for _, n := range m.Nodes {
+		if n.Node == "a1" {
+			return n
+		}
+	}
+	t.Fatal("a1 is not in the mesh")
+	return api.MeshNode{}
+}
+
+var pingSummary = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (packets )?received`)
+
+// pingCounts reads ping's summary.
+func pingCounts(t *testing.T, out string) (int, int) {
+	t.Helper()
+	m := pingSummary.FindStringSubmatch(out)
+	require.NotNil(t, m, "ping's summary: %s", out)
+	sent, _ := strconv.Atoi(m[1])
+	got, _ := strconv.Atoi(m[2])
+	return sent, got
 }

@@ -53,7 +53,9 @@ func LoadOrCreateKey(dir string) (wgtypes.Key, error) {
 }
 
 // SaveKey writes k as the node's private key, atomically, mode 0600.
-func SaveKey(dir string, k wgtypes.Key) error {
+func SaveKey(dir string, k wgtypes.Key) error { return writeKey(dir, keyFile, k) }
+
+func writeKey(dir, name string, k wgtypes.Key) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("mesh: creating the key directory: %w", err)
 	}
@@ -77,5 +79,39 @@ func SaveKey(dir string, k wgtypes.Key) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(f.Name(), filepath.Join(dir, keyFile))
+	return os.Rename(f.Name(), filepath.Join(dir, name))
+}
+
+// nextKeyFile keeps the key a rotation switches to, until it does.
+const nextKeyFile = "next.key"
+
+// loadNextKey returns the staged next key; false when there is none.
+func loadNextKey(dir string) (wgtypes.Key, bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, nextKeyFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return wgtypes.Key{}, false, nil
+	}
+	if err != nil {
+		return wgtypes.Key{}, false, fmt.Errorf("mesh: reading the next key: %w", err)
+	}
+	k, err := wgtypes.ParseKey(strings.TrimSpace(string(b)))
+	if err != nil {
+		return wgtypes.Key{}, false, fmt.Errorf("mesh: %s does not hold a WireGuard private key: %w", filepath.Join(dir, nextKeyFile), err)
+	}
+	return k, true, nil
+}
+
+// stageNextKey makes and keeps the key a rotation switches to.
+func stageNextKey(dir string) (wgtypes.Key, error) {
+	k, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		return wgtypes.Key{}, fmt.Errorf("mesh: generating the next key: %w", err)
+	}
+	return k, writeKey(dir, nextKeyFile, k)
+}
+
+// promoteNextKey makes the staged key the node's key: one rename, so a
+// crash leaves either key whole.
+func promoteNextKey(dir string) error {
+	return os.Rename(filepath.Join(dir, nextKeyFile), filepath.Join(dir, keyFile))
 }

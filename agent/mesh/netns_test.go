@@ -96,7 +96,7 @@ func startNode(t *testing.T, s *site, n *node) {
 	n.iface = "nbl-" + n.name
 	n.log = &bytes.Buffer{}
 	n.cmd = n.ns.Cmd(bin, "mesh", "--node-name", n.name, "--interface", n.iface, "--key-dir", filepath.Join(dir, "key"),
-		"--mode", mesh.ModeUserspace, "--kubeconfig", kcPath, "--report-every", "1s", "--log-level", "debug")
+		"--mode", mesh.ModeUserspace, "--kubeconfig", kcPath, "--report-every", "1s", "--rotation-grace", "2s", "--log-level", "debug")
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	require.NoError(t, n.cmd.Start())
 	t.Cleanup(func() {

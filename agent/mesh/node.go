@@ -76,8 +76,12 @@ type Config struct {
 	// IP alone for ListenPort): a node behind a port forward.
 	Endpoint    string
 	ReportEvery time.Duration
-	Logger      *slog.Logger
-	Now         func() time.Time
+	// RotationGrace is how long the node waits, once its next key is in
+	// the mesh state, before it switches (default
+	// transport.MeshRotationGrace).
+	RotationGrace time.Duration
+	Logger        *slog.Logger
+	Now           func() time.Time
 }
 
 func (c *Config) defaults() error {
@@ -106,6 +110,9 @@ func (c *Config) defaults() error {
 	}
 	if c.ReportEvery <= 0 {
 		c.ReportEvery = DefaultReportEvery
+	}
+	if c.RotationGrace <= 0 {
+		c.RotationGrace = transport.MeshRotationGrace
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -138,8 +145,13 @@ type Node struct {
 	iface   *iface
 	wg      *wgctrl.Client
 	applied transport.MeshState
+	plan    plan
 	last    transport.MeshNodeReport
 	lastAt  time.Time
+	// next is the staged key of a rotation (nil: none); switchAt is when
+	// the node switches to it (zero: not yet in the mesh state).
+	next     *wgtypes.Key
+	switchAt time.Time
 }
 
 // Run runs the node agent until ctx ends; the interface is removed then.
@@ -169,6 +181,11 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = netlink.LinkSetUp(l)
 	}
 	n := &Node{cfg: cfg, key: key, iface: ifc, wg: wg}
+	if next, ok, err := loadNextKey(cfg.KeyDir); err != nil {
+		return err
+	} else if ok {
+		n.next = &next // a rotation a previous run began
+	}
 	cfg.Logger.Info("mesh node agent started", "node", cfg.NodeName, "interface", cfg.Interface, "userspace", ifc.userspace,
 		"public_key", key.PublicKey().String(), "port", port)
 	return n.loop(ctx)
@@ -176,11 +193,12 @@ func Run(ctx context.Context, cfg Config) error {
 
 // loop watches the cluster's peers and republishes the report.
 func (n *Node) loop(ctx context.Context) error {
-	ticker := time.NewTicker(min(n.cfg.ReportEvery, 5*time.Second))
+	ticker := time.NewTicker(100 * time.Millisecond)
 	defer ticker.Stop()
 	states := make(chan transport.MeshState, 1)
 	go n.watchPeers(ctx, states)
 	n.publish(ctx, true)
+	lastTick := time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -191,9 +209,83 @@ func (n *Node) loop(ctx context.Context) error {
 			}
 			n.publish(ctx, true)
 		case <-ticker.C:
-			n.publish(ctx, false)
+			now := n.cfg.Now()
+			if !n.switchAt.IsZero() && !now.Before(n.switchAt) {
+				if err := n.switchKey(); err != nil {
+					n.cfg.Logger.Warn("switching to the next key", "err", err)
+				}
+				n.publish(ctx, true)
+			}
+			// While a peer rotates, its two keys are watched closely: the
+			// allowed IPs follow the latest handshake.
+			if len(n.plan.twins) > 0 {
+				if err := n.configurePeers(); err != nil {
+					n.cfg.Logger.Warn("following a peer's rotation", "err", err)
+				}
+			}
+			if now.Sub(lastTick) >= min(n.cfg.ReportEvery, 5*time.Second) {
+				lastTick = now
+				n.publish(ctx, false)
+			}
 		}
 	}
+}
+
+// configurePeers applies the current plan's peers against the device.
+func (n *Node) configurePeers() error {
+	dev, err := n.wg.Device(n.cfg.Interface)
+	if err != nil {
+		return fmt.Errorf("mesh: reading %s: %w", n.cfg.Interface, err)
+	}
+	if err := n.wg.ConfigureDevice(n.cfg.Interface, wgtypes.Config{Peers: peerConfigs(n.plan, dev, n.cfg.Now())}); err != nil {
+		return fmt.Errorf("mesh: configuring the peers of %s: %w", n.cfg.Interface, err)
+	}
+	return nil
+}
+
+// rotation follows the plan's say on this node's key: a requested rotation
+// stages a next key (published with the report); once the state gives the
+// staged key to the peers, the switch is due after the grace.
+func (n *Node) rotation(p plan) error {
+	if p.rotate && n.next == nil {
+		k, err := stageNextKey(n.cfg.KeyDir)
+		if err != nil {
+			return err
+		}
+		n.next = &k
+		n.cfg.Logger.Info("mesh key rotation: next key made", "next_public_key", k.PublicKey().String())
+	}
+	if n.next != nil && p.ownNext == n.next.PublicKey().String() && n.switchAt.IsZero() {
+		n.switchAt = n.cfg.Now().Add(n.cfg.RotationGrace)
+		n.cfg.Logger.Info("mesh key rotation: the peers have the next key; switching", "at", n.switchAt)
+	}
+	return nil
+}
+
+// switchKey puts the staged key in use and opens a session with every peer
+// at once (a keepalive each), so the peers see the new key's handshake and
+// move its routes to it.
+func (n *Node) switchKey() error {
+	next := *n.next
+	if err := n.wg.ConfigureDevice(n.cfg.Interface, wgtypes.Config{PrivateKey: &next}); err != nil {
+		return fmt.Errorf("mesh: setting the new key on %s: %w", n.cfg.Interface, err)
+	}
+	if err := promoteNextKey(n.cfg.KeyDir); err != nil {
+		return err
+	}
+	old := n.key
+	n.key, n.next, n.switchAt = next, nil, time.Time{}
+	ka := 25 * time.Second
+	var peers []wgtypes.PeerConfig
+	for k := range n.plan.peers {
+		peers = append(peers, wgtypes.PeerConfig{PublicKey: k, UpdateOnly: true, PersistentKeepaliveInterval: &ka})
+	}
+	if err := n.wg.ConfigureDevice(n.cfg.Interface, wgtypes.Config{Peers: peers}); err != nil {
+		return fmt.Errorf("mesh: reaching the peers with the new key: %w", err)
+	}
+	n.cfg.Logger.Info("mesh key rotation: switched", "old_public_key", old.PublicKey().String(), "public_key", next.PublicKey().String())
+	// The plan's own keepalive comes back with the next configuration.
+	return n.configurePeers()
 }
 
 // apply configures the interface from a state newer than the applied one.
@@ -205,14 +297,14 @@ func (n *Node) apply(s transport.MeshState) error {
 	if err != nil {
 		return err
 	}
-	dev, err := n.wg.Device(n.cfg.Interface)
-	if err != nil {
-		return fmt.Errorf("mesh: reading %s: %w", n.cfg.Interface, err)
-	}
-	if err := n.wg.ConfigureDevice(n.cfg.Interface, wgtypes.Config{Peers: peerConfigs(p, dev, n.cfg.Now())}); err != nil {
-		return fmt.Errorf("mesh: configuring the peers of %s: %w", n.cfg.Interface, err)
+	n.plan = p
+	if err := n.configurePeers(); err != nil {
+		return err
 	}
 	if err := configureLink(n.cfg.Interface, p); err != nil {
+		return err
+	}
+	if err := n.rotation(p); err != nil {
 		return err
 	}
 	n.applied = s
@@ -275,6 +367,9 @@ func sleep(ctx context.Context, d time.Duration) {
 func (n *Node) report() transport.MeshNodeReport {
 	r := transport.MeshNodeReport{Node: n.cfg.NodeName, PublicKey: n.key.PublicKey().String(), Revision: n.applied.Revision,
 		Userspace: n.iface.userspace, Endpoints: n.endpoints()}
+	if n.next != nil {
+		r.NextPublicKey = n.next.PublicKey().String()
+	}
 	if dev, err := n.wg.Device(n.cfg.Interface); err == nil {
 		for _, p := range dev.Peers {
 			h := transport.MeshPeerHealth{PublicKey: p.PublicKey.String(), RxBytes: p.ReceiveBytes, TxBytes: p.TransmitBytes}
@@ -307,7 +402,7 @@ func cmpString(a, b string) int {
 // when the last one is older than ReportEvery (always when force).
 func (n *Node) publish(ctx context.Context, force bool) {
 	r := n.report()
-	same := r.PublicKey == n.last.PublicKey && r.Revision == n.last.Revision && slices.Equal(r.Endpoints, n.last.Endpoints) &&
+	same := r.PublicKey == n.last.PublicKey && r.NextPublicKey == n.last.NextPublicKey && r.Revision == n.last.Revision && slices.Equal(r.Endpoints, n.last.Endpoints) &&
 		len(r.Peers) == len(n.last.Peers)
 	for i := 0; same && i < len(r.Peers); i++ {
 		same = r.Peers[i].PublicKey == n.last.Peers[i].PublicKey && r.Peers[i].LastHandshake == n.last.Peers[i].LastHandshake &&

@@ -142,6 +142,7 @@ Example:
 				&cli.StringFlag{Name: "mode", Usage: "auto (kernel WireGuard when the module exists, else wireguard-go), kernel or userspace", Value: mesh.ModeAuto},
 				&cli.StringFlag{Name: "endpoint", Usage: "publish only this endpoint (IP, or IP:port): a node reached through a port forward"},
 				&cli.DurationFlag{Name: "report-every", Usage: "how often the peers' handshakes are republished", Value: mesh.DefaultReportEvery},
+				&cli.DurationFlag{Name: "rotation-grace", Usage: "how long to wait, once the peers were given this node's next key, before switching to it", Value: transport.MeshRotationGrace},
 				&cli.StringFlag{Name: "kubeconfig", Usage: "kubeconfig file (default: in-cluster configuration)", EnvVars: []string{"KUBECONFIG"}},
 				&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"NEBULACTRL_LOG_LEVEL"}},
 			},
@@ -387,5 +388,5 @@ func runMesh(c *cli.Context) error {
 	}
 	return mesh.Run(c.Context, mesh.Config{Client: cs, Namespace: c.String("namespace"), NodeName: c.String("node-name"),
 		Interface: c.String("interface"), KeyDir: c.String("key-dir"), ListenPort: c.Int("listen-port"), Mode: c.String("mode"),
-		Endpoint: c.String("endpoint"), ReportEvery: c.Duration("report-every"), Logger: log})
+		Endpoint: c.String("endpoint"), ReportEvery: c.Duration("report-every"), RotationGrace: c.Duration("rotation-grace"), Logger: log})
 }

@@ -35,7 +35,7 @@ func (l *Link) OnMeshReport(ctx context.Context, p transport.Peer, r transport.M
 	}
 	cmd.ServiceCIDRs = r.ServiceCIDRs
 	for _, n := range r.Nodes {
-		nr := domain.MeshNodeReport{Node: n.Node, PublicKey: n.PublicKey, PodCIDRs: pods[n.Node], Keepalive: true}
+		nr := domain.MeshNodeReport{Node: n.Node, PublicKey: n.PublicKey, NextPublicKey: n.NextPublicKey, PodCIDRs: pods[n.Node], Keepalive: true}
 		if len(n.Endpoints) > 0 {
 			nr.Endpoint = n.Endpoints[0]
 		}
@@ -138,10 +138,11 @@ func (l *Link) MeshFetch(ctx context.Context, clusterID string, revision int) (t
 	st := transport.MeshState{ClusterID: clusterID, Revision: revision, Hash: e.Hash, Network: e.Mesh.Network,
 		Nodes: []transport.MeshNode{}, Peers: []transport.MeshPeer{}}
 	for _, n := range e.Mesh.Nodes {
-		st.Nodes = append(st.Nodes, transport.MeshNode{Name: n.Name, Address: n.Address, Keepalive: n.Keepalive})
+		st.Nodes = append(st.Nodes, transport.MeshNode{Name: n.Name, Address: n.Address, Keepalive: n.Keepalive, Rotate: n.Rotate})
 	}
 	for _, p := range e.Mesh.Peers {
-		st.Peers = append(st.Peers, transport.MeshPeer{Cluster: p.Cluster, Node: p.Node, PublicKey: p.PublicKey, Endpoint: p.Endpoint, AllowedIPs: p.AllowedIPs})
+		st.Peers = append(st.Peers, transport.MeshPeer{Cluster: p.Cluster, Node: p.Node, PublicKey: p.PublicKey, Endpoint: p.Endpoint,
+			AllowedIPs: p.AllowedIPs, NextPublicKey: p.NextPublicKey})
 	}
 	return st, nil
 }

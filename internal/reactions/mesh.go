@@ -21,7 +21,7 @@ func (r *Reactions) reactMesh(ctx context.Context, e eventstore.Event, d domain.
 		return true, err
 	case domain.MeshNodeLeft:
 		return true, r.recompileMesh(ctx, c, e.OrgID, d.ClusterID)
-	case domain.MeshNodeJoined, domain.MeshNodeChanged, domain.MeshKeyRotated, domain.MeshKeyRotationRequested,
+	case domain.MeshNodeJoined, domain.MeshNodeChanged, domain.MeshKeyRotated, domain.MeshKeyRotationRequested, domain.MeshKeyStaged,
 		domain.MeshSettingsUpdated, domain.MeshServiceCIDRsReported:
 		return true, r.recompileMesh(ctx, c, e.OrgID, "")
 	}
