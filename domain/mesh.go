@@ -24,6 +24,10 @@ func MeshStream(orgID string) string { return "mesh-" + orgID }
 // pods or services by default.
 const DefaultMeshNetwork = "100.96.0.0/12"
 
+// MeshKeyLifetime is how long a node keeps a key before it is asked for a
+// new one.
+const MeshKeyLifetime = 90 * 24 * time.Hour
+
 // MeshAddressQuarantine is how long the address of a node that left is not
 // given to another: a peer list that still names it has time to go.
 const MeshAddressQuarantine = 24 * time.Hour

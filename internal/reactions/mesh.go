@@ -14,18 +14,35 @@ import (
 // change to an organisation's mesh recompiles each cluster's part, recorded
 // as that cluster's mesh revision when it differs from the last (the link
 // sends it to the cluster's agents on every replica).
-func (r *Reactions) reactMesh(ctx context.Context, e eventstore.Event, d domain.Event, c dispatch.Context) (bool, error) {
+//
+// Each node's key is rotated on a schedule: a timer MeshKeyLifetime after it
+// joined or last switched keys asks it for a new one.
+func (r *Reactions) reactMesh(ctx context.Context, e eventstore.Event, d domain.Event, c dispatch.Context) ([]timerOp, bool, error) {
+	rotateTimer := func(cluster, node string) timerOp {
+		return timerOp{key: timerMeshRotate + ":" + cluster + "/" + node, kind: timerMeshRotate, org: e.OrgID,
+			due: e.OccurredAt.Add(domain.MeshKeyLifetime), payload: timerPayload{ClusterID: cluster, Node: node}}
+	}
 	switch d := d.(type) {
 	case domain.ClusterDeleted:
 		_, err := r.cfg.Commands.Mesh(ctx, c, e.OrgID, domain.RemoveMeshCluster{OrgID: e.OrgID, ClusterID: d.ClusterID})
-		return true, err
+		return nil, true, err
 	case domain.MeshNodeLeft:
-		return true, r.recompileMesh(ctx, c, e.OrgID, d.ClusterID)
-	case domain.MeshNodeJoined, domain.MeshNodeChanged, domain.MeshKeyRotated, domain.MeshKeyRotationRequested, domain.MeshKeyStaged,
+		return []timerOp{{key: timerMeshRotate + ":" + d.ClusterID + "/" + d.Node}}, true, r.recompileMesh(ctx, c, e.OrgID, d.ClusterID)
+	case domain.MeshNodeJoined:
+		return []timerOp{rotateTimer(d.ClusterID, d.Node)}, true, r.recompileMesh(ctx, c, e.OrgID, "")
+	case domain.MeshKeyRotated:
+		return []timerOp{rotateTimer(d.ClusterID, d.Node)}, true, r.recompileMesh(ctx, c, e.OrgID, "")
+	case domain.MeshNodeChanged, domain.MeshKeyRotationRequested, domain.MeshKeyStaged,
 		domain.MeshSettingsUpdated, domain.MeshServiceCIDRsReported:
-		return true, r.recompileMesh(ctx, c, e.OrgID, "")
+		return nil, true, r.recompileMesh(ctx, c, e.OrgID, "")
 	}
-	return false, nil
+	return nil, false, nil
+}
+
+// fireMeshRotate asks a node for a new key when its key's time is up.
+func (r *Reactions) fireMeshRotate(ctx context.Context, c dispatch.Context, org string, p timerPayload) error {
+	_, err := r.cfg.Commands.Mesh(ctx, c, org, domain.RequestMeshKeyRotation{OrgID: org, ClusterID: p.ClusterID, Node: p.Node, Reason: "schedule"})
+	return err
 }
 
 // recompileMesh records the mesh revision of every cluster of the

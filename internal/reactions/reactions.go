@@ -53,6 +53,8 @@ const (
 	timerDeadline = "progress-deadline"
 	timerStall    = "stall"
 	timerApproval = "approval"
+	// timerMeshRotate asks a mesh node for a new key on schedule.
+	timerMeshRotate = "mesh-rotate"
 )
 
 // Config configures the reactions.
@@ -181,6 +183,8 @@ type timerPayload struct {
 	ServerID     string `json:"serverId,omitempty"`
 	UpgradeID    string `json:"upgradeId,omitempty"`
 	BuildID      string `json:"buildId,omitempty"`
+	ClusterID    string `json:"clusterId,omitempty"`
+	Node         string `json:"node,omitempty"`
 }
 
 func actor() dispatch.Context {
@@ -216,8 +220,8 @@ func (r *Reactions) react(ctx context.Context, tx pgx.Tx, e eventstore.Event, d 
 	if ops, handled, err := r.reactBuild(ctx, tx, e, d, c); handled {
 		return ops, err
 	}
-	if handled, err := r.reactMesh(ctx, e, d, c); handled {
-		return nil, err
+	if ops, handled, err := r.reactMesh(ctx, e, d, c); handled {
+		return ops, err
 	}
 	switch d := d.(type) {
 	case domain.RevisionCompiled:
@@ -405,6 +409,8 @@ func (r *Reactions) FireDue(ctx context.Context) (int, error) {
 			err = r.fireUpgrade(ctx, c, t.org, t.payload)
 		case timerBuild:
 			err = r.fireBuild(ctx, c, t.org, t.payload)
+		case timerMeshRotate:
+			err = r.fireMeshRotate(ctx, c, t.org, t.payload)
 		default:
 			r.cfg.Logger.Error("reactions: dropping a timer of an unknown kind", "key", t.key, "kind", t.kind)
 		}
