@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nebulactrl/nebulactrl/agent"
 	"github.com/nebulactrl/nebulactrl/agent/mesh"
@@ -21,22 +22,24 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/testenv/netnstest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
+	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // startClusterAgent runs the cluster's agent, registered with a join token
-// of the control plane. It runs as the API server's administrator: the
-// install manifest's RBAC for the mesh's namespace is not part of this test.
+// of the control plane, as the manifest's ServiceAccount.
 func startClusterAgent(t *testing.T, s *site, url, joinToken string) {
 	t.Helper()
+	cs, err := kubernetes.NewForConfig(s.k.ServiceAccountConfig(t, agentinstall.AgentNamespace, agentinstall.AgentName))
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	reg, err := transport.Register(ctx, url, nil, transport.RegisterRequest{JoinToken: joinToken, Name: s.id + "-agent"})
 	require.NoError(t, err)
 	a, err := agent.New(agent.Config{
 		Link:   transport.ClientConfig{URL: url, Credential: reg.Credential, AllowPlain: true, MinBackoff: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Heartbeat: time.Second},
-		Client: s.admin, Version: "1.0.0", Identity: s.id + "-agent", ReportEvery: 500 * time.Millisecond,
+		Client: cs, Version: "1.0.0", Identity: s.id + "-agent", ReportEvery: 500 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	done := make(chan error, 1)

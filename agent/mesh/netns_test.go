@@ -23,8 +23,10 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/nebulactrl/nebulactrl/agent/mesh"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/installtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/k8stest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/netnstest"
+	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -50,12 +52,16 @@ type site struct {
 	admin kubernetes.Interface
 }
 
+// newSite starts a cluster with the product's install manifest applied:
+// the agents and node agents run under its RBAC.
 func newSite(t *testing.T, id string) *site {
 	t.Helper()
 	k := k8stest.Start(t, k8stest.Options{Nodes: 1})
 	s := &site{id: id, k: k, admin: k.Client(t)}
-	_, err := s.admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: mesh.DefaultNamespace}}, metav1.CreateOptions{})
+	manifest, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_x",
+		Image: agentinstall.DefaultImage("1.0.0"), Cluster: "acme/" + id})
 	require.NoError(t, err)
+	installtest.Apply(t, s.admin, manifest, nil)
 	return s
 }
 
@@ -87,7 +93,9 @@ func startNode(t *testing.T, s *site, n *node) {
 	fwd := netnstest.Forward(t, root+":0", u.Host)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://" + fwd, CertificateAuthorityData: s.k.CAData, TLSServerName: "127.0.0.1"}
-	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: s.k.Admin.BearerToken}
+	// The node agent's own ServiceAccount, as the DaemonSet's pods have it.
+	sa := s.k.ServiceAccountConfig(t, agentinstall.MeshNamespace, agentinstall.MeshName)
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: sa.BearerToken}
 	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
 	kc.CurrentContext = "c"
 	dir := t.TempDir()

@@ -133,6 +133,16 @@ const (
 	RegistryNodeAddress = "localhost:30500"
 	// BuildRole is the agent's Role, and RoleBinding, in BuildNamespace.
 	BuildRole = AgentName + "-builds"
+	// MeshNamespace holds the WireGuard mesh's node agents (the DaemonSet
+	// MeshName, host network, NET_ADMIN): the only namespace besides the
+	// build namespace that enforces Pod Security "privileged".
+	MeshNamespace = "nebula-mesh"
+	// MeshName is the node agents' DaemonSet, ServiceAccount and Role.
+	MeshName = "nebulactrl-mesh"
+	// MeshRole is the agent's Role, and RoleBinding, in MeshNamespace.
+	MeshRole = AgentName + "-mesh"
+	// MeshKeyDir is the host directory that keeps each node's private key.
+	MeshKeyDir = "/var/lib/nebulactrl-mesh"
 )
 
 // Host agent paths: the binary has a directory of its own, which the unit
@@ -271,6 +281,7 @@ func (o Options) data() map[string]any {
 		"BuildRole": BuildRole, "Registry": RegistryName, "RegistryImage": o.registryImage(), "RegistrySize": o.registrySize(),
 		"RegistryStorageClass": o.RegistryStorageClass, "RegistryPort": RegistryPort, "RegistryNodePort": RegistryNodePort,
 		"RegistryPush": RegistryPushAddress, "RegistryNode": RegistryNodeAddress,
+		"Mesh": MeshNamespace, "MeshName": MeshName, "MeshRole": MeshRole, "MeshKeyDir": MeshKeyDir,
 	}
 }
 

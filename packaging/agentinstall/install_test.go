@@ -84,10 +84,10 @@ func TestManifestDecodesIntoTheExpectedObjects(t *testing.T) {
 			require.Equal(t, admissionv1.Fail, *o.Spec.FailurePolicy)
 		}
 	}
-	require.Equal(t, map[string]int{"Namespace": 2, "ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2,
+	require.Equal(t, map[string]int{"Namespace": 3, "ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 1, "Role": 4, "RoleBinding": 4,
 		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 		"Secret": 1, "ConfigMap": 1, "StatefulSet": 1, "PodDisruptionBudget": 1,
-		"Deployment": 1, "PersistentVolumeClaim": 1, "Service": 1}, kinds)
+		"Deployment": 1, "PersistentVolumeClaim": 1, "Service": 1, "DaemonSet": 1}, kinds)
 }
 
 // What Pod Security Admission's "restricted" asks, and what it does not ask
@@ -163,6 +163,54 @@ func TestManifestPodsAreLockedDown(t *testing.T) {
 			require.True(t, health, "the health file is on a writable volume")
 		}
 	}
+}
+
+// The mesh's node agents: one per node (every node, tainted or not), on the
+// host's network, root with NET_ADMIN alone of its capabilities, the key
+// directory on the host, in a namespace of their own that alone (with the
+// build namespace) enforces "privileged".
+func TestManifestRunsTheMeshOnEveryNode(t *testing.T) {
+	t.Parallel()
+	m, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_abc_def", Image: "ghcr.io/nebulactrl/nebulactrl-agent:1.5.0", Cluster: "acme/eu-1"})
+	require.NoError(t, err)
+	var ds *appsv1.DaemonSet
+	privileged := []string{}
+	for _, obj := range decode(t, m) {
+		switch o := obj.(type) {
+		case *appsv1.DaemonSet:
+			ds = o
+		case *corev1.Namespace:
+			if o.Labels["pod-security.kubernetes.io/enforce"] == "privileged" {
+				privileged = append(privileged, o.Name)
+			}
+		}
+	}
+	require.ElementsMatch(t, []string{agentinstall.BuildNamespace, agentinstall.MeshNamespace}, privileged)
+	require.NotNil(t, ds)
+	require.Equal(t, agentinstall.MeshNamespace, ds.Namespace)
+	spec := ds.Spec.Template.Spec
+	require.True(t, spec.HostNetwork)
+	require.Equal(t, agentinstall.MeshName, spec.ServiceAccountName)
+	require.Equal(t, []corev1.Toleration{{Operator: corev1.TolerationOpExists}}, spec.Tolerations, "every node")
+	c := spec.Containers[0]
+	require.Equal(t, []string{"/nebulactrl-agent", "mesh"}, c.Command)
+	require.Equal(t, "spec.nodeName", c.Env[0].ValueFrom.FieldRef.FieldPath)
+	sc := c.SecurityContext
+	require.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop)
+	require.Equal(t, []corev1.Capability{"NET_ADMIN"}, sc.Capabilities.Add)
+	require.Nil(t, sc.Privileged)
+	require.False(t, *sc.AllowPrivilegeEscalation)
+	require.True(t, *sc.ReadOnlyRootFilesystem)
+	require.Empty(t, c.Ports, "no port but WireGuard's UDP one, which the host network gives")
+	hostPaths := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.HostPath.Path] = true
+		}
+	}
+	require.Equal(t, map[string]bool{agentinstall.MeshKeyDir: true, "/dev/net/tun": true}, hostPaths)
+	require.False(t, c.Resources.Limits.Memory().IsZero())
+	require.NoError(t, agentinstall.CheckImage(c.Image))
 }
 
 // lockedDown checks a pod of the manifest against what restricted asks, and
@@ -362,9 +410,14 @@ func TestManifestInstallsTheRegistryAndTheBuildNamespace(t *testing.T) {
 				require.NotContains(t, o.Labels, agentinstall.ManagedByLabel, "not an environment's namespace: the agent neither changes it nor binds its workload role there")
 			}
 		case *rbacv1.Role:
-			if o.Namespace == agentinstall.BuildNamespace {
+			switch o.Namespace {
+			case agentinstall.BuildNamespace:
 				buildRole = o
-			} else {
+			case agentinstall.MeshNamespace:
+				require.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
+					Verbs: o.Rules[0].Verbs}}, o.Rules, "in the mesh's namespace, ConfigMaps only")
+				require.NotContains(t, o.Rules[0].Verbs, "delete")
+			default:
 				require.Equal(t, agentinstall.AgentNamespace, o.Namespace)
 			}
 		case *rbacv1.RoleBinding:

@@ -64,6 +64,8 @@ func Create(ctx context.Context, cs kubernetes.Interface, obj runtime.Object) er
 		_, err = cs.AppsV1().StatefulSets(o.Namespace).Create(ctx, o, opts)
 	case *appsv1.Deployment:
 		_, err = cs.AppsV1().Deployments(o.Namespace).Create(ctx, o, opts)
+	case *appsv1.DaemonSet:
+		_, err = cs.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, opts)
 	case *policyv1.PodDisruptionBudget:
 		_, err = cs.PolicyV1().PodDisruptionBudgets(o.Namespace).Create(ctx, o, opts)
 	case *admissionv1.ValidatingAdmissionPolicy:
