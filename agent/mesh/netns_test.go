@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,7 +78,7 @@ type node struct {
 	report        transport.MeshNodeReport
 }
 
-var linkNo int
+var linkNo, ifaceNo int
 
 // startNode runs `nebulactrl-agent mesh` in ns, talking to the site's API
 // server through a forwarder on a link of its own.
@@ -101,7 +102,10 @@ func startNode(t *testing.T, s *site, n *node) {
 	dir := t.TempDir()
 	kcPath := filepath.Join(dir, "kubeconfig")
 	require.NoError(t, clientcmd.WriteToFile(*kc, kcPath))
-	n.iface = "nbl-" + n.name
+	// Interface names are this process's own: the UAPI sockets of
+	// userspace interfaces share /var/run/wireguard across namespaces.
+	ifaceNo++
+	n.iface = fmt.Sprintf("w%s-%d%s", strconv.FormatInt(int64(os.Getpid()), 36), ifaceNo, n.name)
 	n.log = &bytes.Buffer{}
 	n.cmd = n.ns.Cmd(bin, "mesh", "--node-name", n.name, "--interface", n.iface, "--key-dir", filepath.Join(dir, "key"),
 		"--mode", mesh.ModeUserspace, "--kubeconfig", kcPath, "--report-every", "1s", "--rotation-grace", "2s", "--log-level", "debug")
