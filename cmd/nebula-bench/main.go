@@ -49,7 +49,7 @@ func main() {
 	flag.IntVar(&f.runs, "runs", 3, "runs of each comparison (medians are reported)")
 	flag.DurationVar(&f.duration, "duration", 3*time.Second, "length of each throughput run")
 	flag.IntVar(&f.events, "events", 1_000_000, "events for the projection rebuild")
-	flag.StringVar(&f.only, "only", "", "run only this benchmark: appends, rebuild, agents, reconcile, commands, compile, varbytes, logins, console or builds")
+	flag.StringVar(&f.only, "only", "", "run only this benchmark: appends, rebuild, agents, reconcile, commands, compile, varbytes, logins, console, builds or mesh")
 	flag.IntVar(&f.agents, "agents", 2000, "simulated agents (one per cluster)")
 	flag.IntVar(&f.latencyRuns, "latency-runs", 200, "single changes to measure the command-to-agent latency over")
 	childCreds := flag.String("child-agents", "", "internal: run the simulated agents of this credentials file")
@@ -168,6 +168,13 @@ func run(ctx context.Context, f flags) error {
 		}
 		results = append(results, rs...)
 	}
+	if want("mesh") {
+		rs, err := benchMesh(ctx, cluster)
+		if err != nil {
+			return err
+		}
+		results = append(results, rs...)
+	}
 	if want("varbytes") {
 		r, err := benchVariableBytes(ctx, cluster)
 		if err != nil {
@@ -265,6 +272,12 @@ const notes = `
   (built by go tool task k8s): cold creates the namespace, 200 Secrets, Deployments and
   Services; warm applies the same document again, which reads and writes nothing but the
   applied revision.
+- **mesh**: the peer lists of an organisation of 1,000 nodes, every cluster's compiled at once
+  (what one change to the mesh recompiles), against encoding those lists as JSON; and, with a
+  control plane and 10 clusters' agents as protocol clients over TLS (each with a node of its
+  own first), the time from one agent sending a report with a new node to the last agent holding
+  a mesh state with the node among its peers (the reactions' recompile, the revisions'
+  notification, the delivery).
 - **compile**: the pure compiler on an environment of 1,000 services (2 processes, 10
   variables with references and a secret, a domain each), with and without hashing.
 - **deploy command latency**: one deploy command (load the project's stream, decide, append)
