@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -175,6 +177,16 @@ func TestTheControlPlaneMeshesTheNodesOfTwoClusters(t *testing.T) {
 			require.NotNil(t, p.LastHandshake, "%s's peer %s: %+v", n.Node, p.Node, m)
 		}
 	}
+	metrics := func() string {
+		resp, err := http.Get(srv.MetricsURL + "/metrics")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	require.Contains(t, metrics(), `nebulactrl_mesh_nodes{state="reachable"} 4`)
+	require.Contains(t, metrics(), `nebulactrl_mesh_nodes{state="unreachable"} 0`)
 	require.Len(t, m.Overlaps, 2)
 	require.Contains(t, m.Overlaps[0].Reason, "--service-cidr")
 	require.Contains(t, m.Overlaps[0].Reason, "cluster us-1", "clusters are named, not numbered")

@@ -81,6 +81,9 @@ func TestConsoleAuthorisationMatrix(t *testing.T) {
 		{"GET /o/{org}/servers/{server}", "/o/acme/servers/" + reg.ServerID, nil, domain.ScopeServersRead},
 		{"POST /o/{org}/servers/upgrade", "/o/acme/servers/upgrade", nil, domain.ScopeServersWrite},
 		{"POST /o/{org}/servers/{server}/upgrade", "/o/acme/servers/" + reg.ServerID + "/upgrade", nil, domain.ScopeServersWrite},
+		{"GET /o/{org}/mesh", "/o/acme/mesh", nil, domain.ScopeServersRead},
+		// eu-1 has no node in the mesh: nothing to ask, past the scope.
+		{"POST /o/{org}/mesh/clusters/{cluster}/rotate", "/o/acme/mesh/clusters/eu-1/rotate", nil, domain.ScopeServersWrite},
 		{"GET /o/{org}/p/{project}", "/o/acme/p/shop", nil, domain.ScopeProjectsRead},
 		{"POST /o/{org}/p/{project}/environments", "/o/acme/p/shop/environments", url.Values{"name": {""}}, domain.ScopeProjectsWrite},
 		{"POST /o/{org}/p/{project}/services", "/o/acme/p/shop/services", url.Values{"name": {""}}, domain.ScopeProjectsWrite},

@@ -49,6 +49,8 @@ func (c *Console) routes() {
 	m.HandleFunc("GET "+o+"/servers/{server}", c.authed(c.serverPage))
 	m.HandleFunc("POST "+o+"/servers/upgrade", c.authed(c.upgradeAll))
 	m.HandleFunc("POST "+o+"/servers/{server}/upgrade", c.authed(c.upgradeOne))
+	m.HandleFunc("GET "+o+"/mesh", c.authed(c.meshPage))
+	m.HandleFunc("POST "+o+"/mesh/clusters/{cluster}/rotate", c.authed(c.rotateMesh))
 
 	p := o + "/p/{project}"
 	m.HandleFunc("GET "+p, c.authed(c.projectPage))

@@ -80,10 +80,11 @@ func (c *Console) parseTemplates() error {
 		"terminal": func(status string) bool {
 			return status == string(domain.StatusSucceeded) || status == string(domain.StatusFailed) || status == string(domain.StatusSuperseded)
 		},
-		"join":      strings.Join,
-		"auditLink": auditLink,
-		"short":     shortCommit,
-		"buildOver": func(status string) bool { return domain.BuildStatus(status).Terminal() },
+		"join":            strings.Join,
+		"auditLink":       auditLink,
+		"short":           shortCommit,
+		"buildOver":       func(status string) bool { return domain.BuildStatus(status).Terminal() },
+		"latestHandshake": latestHandshake,
 	}
 	layout, err := templateFS.ReadFile("templates/layout.html")
 	if err != nil {

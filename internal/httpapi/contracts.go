@@ -39,6 +39,8 @@ var resourceStreams = map[string]func(c *call) string{
 	"PATCH /api/v1/instance/settings":                func(*call) string { return domain.InstanceStream() },
 	"PUT /api/v1/instance/settings":                  func(*call) string { return domain.InstanceStream() },
 	"GET " + orgPath:                                 orgStream,
+	"GET " + orgPath + "/mesh":                       meshStream,
+	"PUT " + orgPath + "/mesh":                       meshStream,
 	"GET " + orgPath + "/members/{user}":             orgStream,
 	"PATCH " + orgPath + "/members/{user}":           orgStream,
 	"DELETE " + orgPath + "/members/{user}":          orgStream,
@@ -66,6 +68,8 @@ var resourceStreams = map[string]func(c *call) string{
 	"PUT " + targetPath + "/tracking":                projectStream,
 	"GET " + envPath + "/changesets/{changeset}":     projectStream,
 }
+
+func meshStream(c *call) string { return domain.MeshStream(c.org.ID) }
 
 func orgStream(c *call) string     { return domain.OrgStream(c.org.ID) }
 func clusterStream(c *call) string { return domain.ClusterStream(c.cluster.ID) }

@@ -9,11 +9,8 @@ import (
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/domain"
 	"github.com/nebulactrl/nebulactrl/internal/query"
+	"github.com/nebulactrl/nebulactrl/transport"
 )
-
-// meshHandshakeFresh is how recent a node's latest handshake must be for it
-// to count as reachable (the WireGuard rekey interval is 2 minutes).
-const meshHandshakeFresh = 3 * time.Minute
 
 // mesh answers the organisation's mesh: every node with its address, key
 // fingerprint, endpoint and each peer's latest handshake, and whether it is
@@ -47,12 +44,14 @@ func (a *API) mesh(w http.ResponseWriter, r *http.Request, c *call) (int, any, e
 			Fingerprint: domain.KeyFingerprint(n.PublicKey), Endpoint: n.Endpoint, Keepalive: n.Keepalive || n.Endpoint == "",
 			JoinedAt: n.JoinedAt, KeyRotatedAt: n.KeyRotatedAt, RotateRequested: n.RotateRequested, Peers: []api.MeshPeerHealth{}}
 		rep, ok := reports[n.ClusterID]
-		var latest time.Time
+		var own transport.MeshNodeReport
+		var reportedAt time.Time
 		if ok {
 			for _, nr := range rep.Nodes {
 				if nr.Node != n.Node {
 					continue
 				}
+				own, reportedAt = nr, rep.ReportedAt
 				at := rep.ReportedAt
 				v.ReportedAt, v.Revision, v.Userspace = &at, nr.Revision, nr.Userspace
 				for _, p := range nr.Peers {
@@ -62,28 +61,12 @@ func (a *API) mesh(w http.ResponseWriter, r *http.Request, c *call) (int, any, e
 					}
 					if t, err := time.Parse(time.RFC3339, p.LastHandshake); err == nil {
 						h.LastHandshake = &t
-						if t.After(latest) {
-							latest = t
-						}
 					}
 					v.Peers = append(v.Peers, h)
 				}
 			}
 		}
-		switch {
-		case v.ReportedAt == nil:
-			v.Reason = "its cluster's agent has not reported it"
-		case now.Sub(*v.ReportedAt) > meshHandshakeFresh:
-			v.Reason = "no report from its cluster's agent for " + now.Sub(*v.ReportedAt).Round(time.Second).String()
-		case len(m.Nodes) == 1:
-			v.Reachable, v.Reason = true, "it has no peer yet"
-		case latest.IsZero():
-			v.Reason = "no handshake with any peer yet"
-		case now.Sub(latest) > meshHandshakeFresh:
-			v.Reason = "no handshake with any peer for " + now.Sub(latest).Round(time.Second).String()
-		default:
-			v.Reachable = true
-		}
+		v.Reachable, v.Reason = query.MeshReachable(own, reportedAt, now, len(m.Nodes) == 1)
 		out.Nodes = append(out.Nodes, v)
 	}
 	slices.SortFunc(out.Nodes, func(a, b api.MeshNode) int {

@@ -161,3 +161,78 @@ func MeshStatus(ctx context.Context, q eventstore.Querier, orgID string) (map[st
 	}
 	return out, rows.Err()
 }
+
+// MeshHandshakeFresh is how recent a node's latest handshake must be for it
+// to count as reachable (WireGuard rekeys every 2 minutes).
+const MeshHandshakeFresh = 3 * time.Minute
+
+// MeshReachable is the one rule of a mesh node's health: its cluster's
+// agent reported it within MeshHandshakeFresh and it made a handshake with
+// a peer within it (a node alone in the mesh is reachable); the reason says
+// why not. alone says the mesh has no other node.
+func MeshReachable(r transport.MeshNodeReport, reportedAt, now time.Time, alone bool) (bool, string) {
+	if reportedAt.IsZero() {
+		return false, "its cluster's agent has not reported it"
+	}
+	if age := now.Sub(reportedAt); age > MeshHandshakeFresh {
+		return false, "no report from its cluster's agent for " + age.Round(time.Second).String()
+	}
+	if alone {
+		return true, "it has no peer yet"
+	}
+	var latest time.Time
+	for _, p := range r.Peers {
+		if t, err := time.Parse(time.RFC3339, p.LastHandshake); err == nil && t.After(latest) {
+			latest = t
+		}
+	}
+	switch {
+	case latest.IsZero():
+		return false, "no handshake with any peer yet"
+	case now.Sub(latest) > MeshHandshakeFresh:
+		return false, "no handshake with any peer for " + now.Sub(latest).Round(time.Second).String()
+	}
+	return true, ""
+}
+
+// MeshHealth counts the reported mesh nodes of every organisation by
+// whether they are reachable (for the metrics).
+func MeshHealth(ctx context.Context, q eventstore.Querier, now time.Time) (reachable, unreachable int, err error) {
+	rows, err := q.Query(ctx, `SELECT org_id::text, nodes, reported_at FROM mesh_status`)
+	if err != nil {
+		return 0, 0, fmt.Errorf("mesh health: %w", err)
+	}
+	defer rows.Close()
+	type rep struct {
+		nodes []transport.MeshNodeReport
+		at    time.Time
+	}
+	byOrg := map[string][]rep{}
+	for rows.Next() {
+		var org string
+		var r rep
+		if err := rows.Scan(&org, &r.nodes, &r.at); err != nil {
+			return 0, 0, err
+		}
+		byOrg[org] = append(byOrg[org], r)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	for _, reps := range byOrg {
+		total := 0
+		for _, r := range reps {
+			total += len(r.nodes)
+		}
+		for _, r := range reps {
+			for _, n := range r.nodes {
+				if ok, _ := MeshReachable(n, r.at, now, total == 1); ok {
+					reachable++
+				} else {
+					unreachable++
+				}
+			}
+		}
+	}
+	return reachable, unreachable, nil
+}

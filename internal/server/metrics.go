@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 
@@ -95,6 +96,26 @@ func (c deploymentsCollector) Collect(ch chan<- prometheus.Metric) {
 	for status, n := range counts {
 		ch <- prometheus.MustNewConstMetric(deploymentsDesc, prometheus.GaugeValue, float64(n), status)
 	}
+}
+
+// meshCollector exports the mesh's nodes by health at scrape time (the
+// agents' reports, shared by every replica).
+type meshCollector struct{ pool *pgxpool.Pool }
+
+var meshNodesDesc = prometheus.NewDesc("nebulactrl_mesh_nodes",
+	"WireGuard mesh nodes reported by their clusters' agents, over every organisation, by state: reachable (a handshake with a peer in the last 3 minutes) or unreachable.", []string{"state"}, nil)
+
+func (meshCollector) Describe(ch chan<- *prometheus.Desc) { ch <- meshNodesDesc }
+
+func (c meshCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	up, down, err := query.MeshHealth(ctx, c.pool, time.Now())
+	if err != nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(meshNodesDesc, prometheus.GaugeValue, float64(up), "reachable")
+	ch <- prometheus.MustNewConstMetric(meshNodesDesc, prometheus.GaugeValue, float64(down), "unreachable")
 }
 
 // lagCollector exports each subscription's lag at scrape time.

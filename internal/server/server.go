@@ -245,7 +245,7 @@ func buildComponents(ctx context.Context, cfg config.Config, opts Options, log *
 	c.registry = prometheus.NewRegistry()
 	c.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c.registry.MustRegister(parkedCollector{pool: d.pool})
-	c.registry.MustRegister(lagCollector{pool: d.pool}, poolCollector{pool: d.pool}, deploymentsCollector{pool: d.pool},
+	c.registry.MustRegister(lagCollector{pool: d.pool}, poolCollector{pool: d.pool}, deploymentsCollector{pool: d.pool}, meshCollector{pool: d.pool},
 		buildInfo(opts.Version), commands, agentsConnected(func() int { return len(c.link.Connected()) }))
 	registryAuth, err := image.ParseAuth(cfg.RegistryAuth)
 	if err != nil {
