@@ -51,6 +51,10 @@ type site struct {
 	id    string
 	k     *k8stest.Cluster
 	admin kubernetes.Interface
+	// host: installed as on a host, without the manifest: the node agents
+	// use the cluster's administrator kubeconfig (K3s's k3s.yaml) and make
+	// the mesh's namespace themselves.
+	host bool
 }
 
 // newSite starts a cluster with the product's install manifest applied:
@@ -64,6 +68,13 @@ func newSite(t *testing.T, id string) *site {
 	require.NoError(t, err)
 	installtest.Apply(t, s.admin, manifest, nil)
 	return s
+}
+
+// newHostSite starts a cluster without the manifest (a host install).
+func newHostSite(t *testing.T, id string) *site {
+	t.Helper()
+	k := k8stest.Start(t, k8stest.Options{Nodes: 1})
+	return &site{id: id, k: k, admin: k.Client(t), host: true}
 }
 
 // node is one host: a namespace with a link to the underlay and one to the
@@ -94,9 +105,13 @@ func startNode(t *testing.T, s *site, n *node) {
 	fwd := netnstest.Forward(t, root+":0", u.Host)
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://" + fwd, CertificateAuthorityData: s.k.CAData, TLSServerName: "127.0.0.1"}
-	// The node agent's own ServiceAccount, as the DaemonSet's pods have it.
-	sa := s.k.ServiceAccountConfig(t, agentinstall.MeshNamespace, agentinstall.MeshName)
-	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: sa.BearerToken}
+	// The node agent's own ServiceAccount, as the DaemonSet's pods have it;
+	// on a host, the cluster's administrator.
+	token := s.k.Admin.BearerToken
+	if !s.host {
+		token = s.k.ServiceAccountConfig(t, agentinstall.MeshNamespace, agentinstall.MeshName).BearerToken
+	}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: token}
 	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
 	kc.CurrentContext = "c"
 	dir := t.TempDir()
@@ -170,7 +185,9 @@ func TestNodesMeshAcrossClusters(t *testing.T) {
 	// The underlay's gateway, which routes nothing: what is not on the
 	// underlay goes nowhere but over the mesh.
 	lan.Must(t, "ip", "addr", "add", "10.77.0.1/24", "dev", "br0")
-	a, b := newSite(t, "cluster-a"), newSite(t, "cluster-b")
+	// cluster-a is a host install: its node agents make the mesh's
+	// namespace themselves; cluster-b has the manifest.
+	a, b := newHostSite(t, "cluster-a"), newSite(t, "cluster-b")
 	nodes := []*node{
 		{name: "a1", cluster: "cluster-a", address: "100.96.0.1"},
 		{name: "a2", cluster: "cluster-a", address: "100.96.0.2"},
@@ -205,6 +222,9 @@ func TestNodesMeshAcrossClusters(t *testing.T) {
 		require.True(t, n.report.Userspace)
 	}
 	require.True(t, strings.HasPrefix(nodes[0].report.Endpoints[0], "10.77.0."), "the default route's interface comes first: %v", nodes[0].report.Endpoints)
+	ns, err := a.admin.CoreV1().Namespaces().Get(t.Context(), mesh.DefaultNamespace, metav1.GetOptions{})
+	require.NoError(t, err, "on a host install the node agent made the mesh's namespace")
+	require.Equal(t, "privileged", ns.Labels["pod-security.kubernetes.io/enforce"])
 
 	rev := 0
 	compile := func(members []*node) {

@@ -418,13 +418,40 @@ func (n *Node) publish(ctx context.Context, force bool) {
 	cm := corev1ac.ConfigMap(ReportName(n.cfg.NodeName), n.cfg.Namespace).
 		WithLabels(map[string]string{NodeLabel: labelValue(n.cfg.NodeName), "app.kubernetes.io/managed-by": FieldManager}).
 		WithData(map[string]string{ReportKey: string(b), "updated": n.cfg.Now().UTC().Format(time.RFC3339)})
-	if _, err := n.cfg.Client.CoreV1().ConfigMaps(n.cfg.Namespace).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-		if !apierrors.IsNotFound(err) || ctx.Err() == nil {
+	apply := func() error {
+		_, err := n.cfg.Client.CoreV1().ConfigMaps(n.cfg.Namespace).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+		return err
+	}
+	err = apply()
+	if apierrors.IsNotFound(err) && n.ensureNamespace(ctx) {
+		err = apply()
+	}
+	if err != nil {
+		if ctx.Err() == nil {
 			n.cfg.Logger.Warn("publishing the node's mesh report", "err", err)
 		}
 		return
 	}
 	n.last, n.lastAt = r, n.cfg.Now()
+}
+
+// ensureNamespace makes the mesh's namespace when it is missing: a host
+// install has no manifest that makes it (with the cluster's administrator
+// kubeconfig the node agent may; under the manifest's ServiceAccount it may
+// not, and the manifest made it). It reports whether the namespace exists.
+func (n *Node) ensureNamespace(ctx context.Context) bool {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n.cfg.Namespace, Labels: map[string]string{
+		"app.kubernetes.io/part-of":                  "nebulactrl",
+		"pod-security.kubernetes.io/enforce":         "privileged",
+		"pod-security.kubernetes.io/enforce-version": "latest",
+		"pod-security.kubernetes.io/warn":            "restricted",
+		"pod-security.kubernetes.io/audit":           "restricted",
+	}}}
+	_, err := n.cfg.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	if err == nil {
+		n.cfg.Logger.Info("created the mesh's namespace", "namespace", n.cfg.Namespace)
+	}
+	return err == nil || apierrors.IsAlreadyExists(err)
 }
 
 // labelValue fits a node name into a label value (63 bytes).

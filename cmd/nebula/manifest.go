@@ -19,18 +19,20 @@ import (
 // clusterManifestCommand is nebula cluster manifest.
 func clusterManifestCommand(hours cli.Flag) *cli.Command {
 	return spec{
-		name: "manifest", usage: "print what installs the agent: the Kubernetes manifest, or a systemd unit with --host", argsUsage: shapeCluster,
-		description: `Prints the install manifest of the cluster's agent: namespaces nebula-system and
-nebula-build, RBAC that reaches only the namespaces NebulaCtrl manages, a StatefulSet of
-two agent replicas (leader election on a Lease) that passes the Pod Security Standard
-"restricted", and a PodDisruptionBudget. The agent image is the control plane's own version
+		name: "manifest", usage: "print what installs the agent: the Kubernetes manifest, or systemd units with --host", argsUsage: shapeCluster,
+		description: `Prints the install manifest of the cluster's agent: namespaces nebula-system,
+nebula-build and nebula-mesh, RBAC that reaches only the namespaces NebulaCtrl manages, a
+StatefulSet of two agent replicas (leader election on a Lease) that passes the Pod Security
+Standard "restricted", a PodDisruptionBudget, and the WireGuard mesh's node agent on every
+node (the DaemonSet nebulactrl-mesh). The agent image is the control plane's own version
 (--image to choose another; never latest).
 
 By default it issues a new join token and puts it in the manifest's Secret: treat that
 output like a password. With --without-token it issues none and the manifest holds no
 secret, so it can live in Git; the token's Secret is created on its own, as it says.
 
-With --host it prints a systemd unit and its environment file instead.
+With --host it prints systemd units instead: the agent's with its environment file,
+and the mesh's node agent's (nebulactrl-mesh.service).
 
 Join tokens and desired state never cross plain HTTP except on loopback: an http:// URL
 to another host is refused unless --insecure.
@@ -40,7 +42,7 @@ Example:
    nebula cluster manifest acme/eu-1 --without-token > nebulactrl-agent.yaml
    nebula cluster manifest acme/eu-1 --host`,
 		flags: []cli.Flag{hours,
-			&cli.BoolFlag{Name: "host", Usage: "print a systemd unit for an agent on a host"},
+			&cli.BoolFlag{Name: "host", Usage: "print the systemd units of an agent and the mesh's node agent on a host"},
 			&cli.StringFlag{Name: "image", Usage: "the agent image (default: the control plane's version)"},
 			&cli.StringFlag{Name: "ca-bundle", Usage: "a PEM file of CAs the agents trust besides the system roots"},
 			&cli.StringFlag{Name: "public-url", Usage: "the URL agents reach the control plane at (default: the one you use)"},
@@ -95,7 +97,11 @@ Example:
 					if err != nil {
 						return err
 					}
-					x.printf("%s\n%s", unit, env)
+					mesh, err := agentinstall.MeshUnit(opts)
+					if err != nil {
+						return err
+					}
+					x.printf("%s\n%s\n%s", unit, env, mesh)
 					return nil
 				}
 				m, err := agentinstall.Manifest(opts)

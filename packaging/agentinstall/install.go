@@ -297,6 +297,19 @@ func Manifest(o Options) (string, error) {
 	return b.String(), nil
 }
 
+// MeshUnit renders the unit of the mesh's node agent on a host
+// (/etc/systemd/system/nebulactrl-mesh.service), beside the agent's.
+func MeshUnit(o Options) (string, error) {
+	if err := o.validate(false); err != nil {
+		return "", err
+	}
+	var u bytes.Buffer
+	if err := meshUnitTmpl.Execute(&u, o.data()); err != nil {
+		return "", err
+	}
+	return u.String(), nil
+}
+
 // JoinSecretCommand is the kubectl command that creates the join token's
 // Secret for a manifest made WithoutToken.
 func JoinSecretCommand(token string) string {

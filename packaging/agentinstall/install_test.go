@@ -368,6 +368,50 @@ func TestSystemdUnitIsHardened(t *testing.T) {
 	require.LessOrEqual(t, score, 5.0, "%s", out)
 }
 
+// The mesh's node agent on a host: its unit keeps CAP_NET_ADMIN alone, the
+// one device /dev/net/tun, writes its key directory and UAPI socket's
+// directory only, and runs as the node it is on (%H, K3s's default node
+// name); systemd-analyze security rates it (where it is installed).
+func TestMeshUnitIsHardened(t *testing.T) {
+	t.Parallel()
+	unit, err := agentinstall.MeshUnit(agentinstall.Options{ControlPlaneURL: "https://nebula.example.com", JoinToken: "nbl_abc_def"})
+	require.NoError(t, err)
+	directives := map[string][]string{}
+	for _, l := range strings.Split(unit, "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok && !strings.HasPrefix(l, "#") {
+			directives[k] = append(directives[k], v)
+		}
+	}
+	for k, want := range map[string]string{
+		"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes", "DevicePolicy": "closed",
+		"DeviceAllow": "/dev/net/tun rw", "CapabilityBoundingSet": "CAP_NET_ADMIN", "AmbientCapabilities": "CAP_NET_ADMIN",
+		"StateDirectory": "nebulactrl-mesh", "ReadWritePaths": "/run/wireguard", "RuntimeDirectory": "wireguard", "UMask": "0077",
+		"Restart": "always", "RestrictNamespaces": "yes", "MemoryDenyWriteExecute": "yes",
+	} {
+		require.Equal(t, []string{want}, directives[k], k)
+	}
+	require.Equal(t, agentinstall.MeshKeyDir, "/var/lib/"+directives["StateDirectory"][0])
+	require.Equal(t, agentinstall.HostBinary+" mesh --node-name %H --kubeconfig /etc/rancher/k3s/k3s.yaml --key-dir "+agentinstall.MeshKeyDir, directives["ExecStart"][0])
+
+	tool, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Logf("systemd-analyze is not installed: the unit was checked directive by directive only")
+		return
+	}
+	path := filepath.Join(t.TempDir(), "nebulactrl-mesh.service")
+	require.NoError(t, os.WriteFile(path, []byte(unit), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, tool, "security", "--offline=yes", path).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	m := regexp.MustCompile(`Overall exposure level for nebulactrl-mesh\.service: ([0-9.]+)`).FindSubmatch(out)
+	require.NotNil(t, m, "%s", out)
+	score, err := strconv.ParseFloat(string(m[1]), 64)
+	require.NoError(t, err)
+	t.Logf("systemd-analyze security: exposure %.1f", score)
+	require.LessOrEqual(t, score, 5.0, "%s", out)
+}
+
 func TestBadOptionsAreRefused(t *testing.T) {
 	t.Parallel()
 	_, err := agentinstall.Manifest(agentinstall.Options{ControlPlaneURL: "ftp://x", Image: "a b"})
