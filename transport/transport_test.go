@@ -511,6 +511,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"type":"logs","payload":{"environmentId":"e","service":"api","release":1,"pod":"p","container":"c","lines":[{"time":"2026-11-30T00:00:00Z","text":"\xff"}]}}`))
 	f.Add([]byte(`{"type":"build_report","payload":{"buildId":"b","state":"failed","exitCode":3,"reason":"exit code: 3\u0000","logTail":["a","\ud800"],"time":"2026-11-30T00:00:00Z"}}`))
 	f.Add([]byte(`{"type":"build_logs","payload":{"buildId":"b","container":"build","lines":[{"time":"2026-11-30T00:00:00Z","stream":"stdout","text":"#5 CACHED"}]}}`))
+	f.Add([]byte(`{"type":"mesh_report","payload":{"nodes":[{"node":"n1","publicKey":"YWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWFhYWE=","endpoints":["10.0.0.1:51820"],"revision":1}],"clusterNodes":[{"name":"n1","podCIDRs":["10.42.0.0/24"]}]}}`))
+	f.Add([]byte(`{"type":"mesh_state","payload":{"clusterId":"c","revision":1,"hash":"h","network":"100.96.0.0/12","nodes":[{"name":"n1","address":"100.96.0.1"}],"peers":[]}}`))
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		env, err := transport.Decode(frame)
 		if err != nil {
@@ -536,6 +538,10 @@ func FuzzDecode(f *testing.F) {
 			v = &transport.BuildReport{}
 		case transport.TypeBuildLogs:
 			v = &transport.BuildLogs{}
+		case transport.TypeMeshReport:
+			v = &transport.MeshReport{}
+		case transport.TypeMeshState:
+			v = &transport.MeshState{}
 		default:
 			return
 		}
