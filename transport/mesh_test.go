@@ -11,7 +11,9 @@ import (
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
-func key(b byte, n int) string { return base64.StdEncoding.EncodeToString([]byte(strings.Repeat(string(rune(b)), n))) }
+func key(b byte, n int) string {
+	return base64.StdEncoding.EncodeToString([]byte(strings.Repeat(string(rune(b)), n)))
+}
 
 // What a mesh frame must not carry is refused at the boundary, whichever
 // side sends it: a public key that is not 32 bytes, an endpoint that is not

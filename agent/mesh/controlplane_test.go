@@ -73,10 +73,7 @@ func TestTheControlPlaneMeshesTheNodesOfTwoClusters(t *testing.T) {
 	cl, err := client.New(srv.URL, token)
 	require.NoError(t, err)
 
-	lan := netnstest.New(t, "lan")
-	lan.Must(t, "ip", "link", "add", "br0", "type", "bridge")
-	lan.Must(t, "ip", "link", "set", "br0", "up")
-	lan.Must(t, "ip", "addr", "add", "10.77.0.1/24", "dev", "br0")
+	lan := newUnderlay(t)
 	a, b := newSite(t, "eu-1"), newSite(t, "us-1")
 	nodes := []*node{
 		{name: "a1", cluster: "eu-1"}, {name: "a2", cluster: "eu-1"},
@@ -85,22 +82,7 @@ func TestTheControlPlaneMeshesTheNodesOfTwoClusters(t *testing.T) {
 	siteOf := map[string]*site{"eu-1": a, "us-1": b}
 	for i, n := range nodes {
 		addNode(t, siteOf[n.cluster], n.name, fmt.Sprintf("10.42.%d.0/24", i))
-		n.ns = netnstest.New(t, n.name)
-		if n.name == "b2" {
-			nat := netnstest.New(t, "nat")
-			netnstest.Link(t, n.ns, "eth0", "10.78.0.2/24", nat, "in0", "10.78.0.1/24")
-			netnstest.Link(t, nat, "out0", "10.77.0.30/24", lan, "v-nat", "")
-			lan.Must(t, "ip", "link", "set", "v-nat", "master", "br0")
-			n.ns.Must(t, "ip", "route", "add", "default", "via", "10.78.0.1")
-			nat.Must(t, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
-			nat.Must(t, "nft", "add table ip nat; add chain ip nat masq { type nat hook postrouting priority 100; }; add rule ip nat masq oifname out0 masquerade; "+
-				"add table ip filter; add chain ip filter gate { type filter hook forward priority 0; policy drop; }; "+
-				"add rule ip filter gate iifname in0 accept; add rule ip filter gate ct state established,related accept")
-		} else {
-			netnstest.Link(t, n.ns, "eth0", fmt.Sprintf("10.77.0.%d/24", 10+i), lan, "v-"+n.name, "")
-			lan.Must(t, "ip", "link", "set", "v-"+n.name, "master", "br0")
-			n.ns.Must(t, "ip", "route", "add", "default", "via", "10.77.0.1")
-		}
+		attach(t, lan, n, i, n.name == "b2")
 		startNode(t, siteOf[n.cluster], n)
 	}
 	for _, s := range []*site{a, b} {

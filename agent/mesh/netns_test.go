@@ -169,6 +169,40 @@ func pings(from *node, addr string) bool {
 	return from.ns.Cmd("ping", "-c", "1", "-W", "1", "-q", addr).Run() == nil
 }
 
+// newUnderlay makes the network the nodes share: a bridge in a namespace
+// of its own, with a gateway address that routes nothing (what is not on
+// the underlay goes nowhere but over the mesh).
+func newUnderlay(t *testing.T) *netnstest.NS {
+	t.Helper()
+	lan := netnstest.New(t, "lan")
+	lan.Must(t, "ip", "link", "add", "br0", "type", "bridge")
+	lan.Must(t, "ip", "link", "set", "br0", "up")
+	lan.Must(t, "ip", "addr", "add", "10.77.0.1/24", "dev", "br0")
+	return lan
+}
+
+// attach makes node i's namespace and puts it on the underlay; behindNAT
+// puts it behind a NAT namespace instead (masquerade out, nothing in).
+func attach(t *testing.T, lan *netnstest.NS, n *node, i int, behindNAT bool) {
+	t.Helper()
+	n.ns = netnstest.New(t, n.name)
+	if !behindNAT {
+		netnstest.Link(t, n.ns, "eth0", fmt.Sprintf("10.77.0.%d/24", 10+i), lan, "v-"+n.name, "")
+		lan.Must(t, "ip", "link", "set", "v-"+n.name, "master", "br0")
+		n.ns.Must(t, "ip", "route", "add", "default", "via", "10.77.0.1")
+		return
+	}
+	nat := netnstest.New(t, "nat-"+n.name)
+	netnstest.Link(t, n.ns, "eth0", "10.78.0.2/24", nat, "in0", "10.78.0.1/24")
+	netnstest.Link(t, nat, "out0", "10.77.0.30/24", lan, "v-nat", "")
+	lan.Must(t, "ip", "link", "set", "v-nat", "master", "br0")
+	n.ns.Must(t, "ip", "route", "add", "default", "via", "10.78.0.1")
+	nat.Must(t, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+	nat.Must(t, "nft", "add table ip nat; add chain ip nat masq { type nat hook postrouting priority 100; }; add rule ip nat masq oifname out0 masquerade; "+
+		"add table ip filter; add chain ip filter gate { type filter hook forward priority 0; policy drop; }; "+
+		"add rule ip filter gate iifname in0 accept; add rule ip filter gate ct state established,related accept")
+}
+
 // Two clusters of two nodes each, every node in a network namespace of its
 // own on a shared underlay, one of them behind a NAT namespace (masquerade,
 // nothing inbound); the real node agent in each, wireguard-go on TUN
@@ -179,12 +213,7 @@ func pings(from *node, addr string) bool {
 // can no longer reach or be reached.
 func TestNodesMeshAcrossClusters(t *testing.T) {
 	netnstest.Require(t)
-	lan := netnstest.New(t, "lan")
-	lan.Must(t, "ip", "link", "add", "br0", "type", "bridge")
-	lan.Must(t, "ip", "link", "set", "br0", "up")
-	// The underlay's gateway, which routes nothing: what is not on the
-	// underlay goes nowhere but over the mesh.
-	lan.Must(t, "ip", "addr", "add", "10.77.0.1/24", "dev", "br0")
+	lan := newUnderlay(t)
 	// cluster-a is a host install: its node agents make the mesh's
 	// namespace themselves; cluster-b has the manifest.
 	a, b := newHostSite(t, "cluster-a"), newSite(t, "cluster-b")
@@ -196,23 +225,7 @@ func TestNodesMeshAcrossClusters(t *testing.T) {
 	}
 	siteOf := map[string]*site{"cluster-a": a, "cluster-b": b}
 	for i, n := range nodes {
-		n.ns = netnstest.New(t, n.name)
-		if n.name == "b2" {
-			nat := netnstest.New(t, "nat")
-			netnstest.Link(t, n.ns, "eth0", "10.78.0.2/24", nat, "in0", "10.78.0.1/24")
-			netnstest.Link(t, nat, "out0", "10.77.0.30/24", lan, "v-nat", "")
-			lan.Must(t, "ip", "link", "set", "v-nat", "master", "br0")
-			n.ns.Must(t, "ip", "route", "add", "default", "via", "10.78.0.1")
-			nat.Must(t, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
-			nat.Must(t, "nft", "add table ip nat; add chain ip nat masq { type nat hook postrouting priority 100; }; add rule ip nat masq oifname out0 masquerade; "+
-				"add table ip filter; add chain ip filter gate { type filter hook forward priority 0; policy drop; }; "+
-				"add rule ip filter gate iifname in0 accept; add rule ip filter gate ct state established,related accept")
-		} else {
-			addr := fmt.Sprintf("10.77.0.%d", 10+i)
-			netnstest.Link(t, n.ns, "eth0", addr+"/24", lan, "v-"+n.name, "")
-			lan.Must(t, "ip", "link", "set", "v-"+n.name, "master", "br0")
-			n.ns.Must(t, "ip", "route", "add", "default", "via", "10.77.0.1")
-		}
+		attach(t, lan, n, i, n.name == "b2")
 		startNode(t, siteOf[n.cluster], n)
 	}
 	for _, n := range nodes {
