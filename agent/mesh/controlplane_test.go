@@ -236,6 +236,12 @@ func TestTheControlPlaneMeshesTheNodesOfTwoClusters(t *testing.T) {
 		"eu-1's peers are its own a1 alone")
 	require.Eventually(t, func() bool { return !pings(nodes[0], nodes[2].address) && !pings(nodes[2], nodes[0].address) }, 30*time.Second, 200*time.Millisecond,
 		"a1 and b1 of the deleted cluster no longer reach each other")
+	// What left the mesh is not counted: the deleted cluster's nodes, and
+	// a2, whose report ConfigMap outlived its node.
+	require.Eventually(t, func() bool {
+		m := metrics()
+		return strings.Contains(m, `nebulactrl_mesh_nodes{state="reachable"} 1`) && strings.Contains(m, `nebulactrl_mesh_nodes{state="unreachable"} 0`)
+	}, 30*time.Second, 200*time.Millisecond, "the metric counts a1 alone")
 }
 
 // a1Key is a1 as the API shows it.

@@ -47,7 +47,15 @@ func (l *Link) OnMeshReport(ctx context.Context, p transport.Peer, r transport.M
 		cmd.Nodes = append(cmd.Nodes, nr)
 	}
 	if l.cfg.Telemetry != nil {
-		if err := l.cfg.Telemetry.SaveMeshStatus(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, r.Nodes); err != nil {
+		// The health of the cluster's nodes only: a report ConfigMap can
+		// outlive its node.
+		var kept []transport.MeshNodeReport
+		for _, n := range r.Nodes {
+			if _, ok := pods[n.Node]; ok {
+				kept = append(kept, n)
+			}
+		}
+		if err := l.cfg.Telemetry.SaveMeshStatus(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, kept); err != nil {
 			l.cfg.Logger.Warn("saving a mesh report", "server", p.Name, "err", err)
 		}
 	}

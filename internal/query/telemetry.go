@@ -198,7 +198,10 @@ func MeshReachable(r transport.MeshNodeReport, reportedAt, now time.Time, alone 
 // MeshHealth counts the reported mesh nodes of every organisation by
 // whether they are reachable (for the metrics).
 func MeshHealth(ctx context.Context, q eventstore.Querier, now time.Time) (reachable, unreachable int, err error) {
-	rows, err := q.Query(ctx, `SELECT org_id::text, nodes, reported_at FROM mesh_status`)
+	// Clusters that were deleted left the mesh: their last report is not
+	// counted.
+	rows, err := q.Query(ctx, `SELECT m.org_id::text, m.nodes, m.reported_at FROM mesh_status m
+		JOIN clusters c ON c.id = m.cluster_id AND c.deleted_at IS NULL`)
 	if err != nil {
 		return 0, 0, fmt.Errorf("mesh health: %w", err)
 	}
