@@ -88,36 +88,56 @@ func (h *Hub) RefreshMesh(ctx context.Context) error {
 	if h.cfg.MeshHeads == nil {
 		return nil
 	}
-	h.mu.Lock()
-	var conns []*agentConn
-	clusters := map[string]bool{}
-	for _, ac := range h.conns {
+	conns, ids := h.connected(func(ac *agentConn) bool {
 		ac.mu.Lock()
-		mesh := ac.mesh
-		ac.mu.Unlock()
-		if mesh {
-			conns = append(conns, ac)
-			clusters[ac.peer.ClusterID] = true
-		}
-	}
-	h.mu.Unlock()
+		defer ac.mu.Unlock()
+		return ac.mesh
+	})
 	if len(conns) == 0 {
 		return nil
-	}
-	ids := make([]string, 0, len(clusters))
-	for id := range clusters {
-		ids = append(ids, id)
 	}
 	heads, err := h.cfg.MeshHeads(ctx, ids)
 	if err != nil {
 		return fmt.Errorf("looking up the latest mesh revisions: %w", err)
 	}
+	eachBounded(conns, func(ac *agentConn) { h.deliverMesh(ctx, ac, heads) })
+	return nil
+}
+
+// connected returns the connections keep keeps (every one when nil) and
+// the ids of their clusters, each once.
+func (h *Hub) connected(keep func(*agentConn) bool) ([]*agentConn, []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	conns := make([]*agentConn, 0, len(h.conns))
+	clusters := map[string]bool{}
+	var ids []string
+	for _, ac := range h.conns {
+		if keep != nil && !keep(ac) {
+			continue
+		}
+		conns = append(conns, ac)
+		if !clusters[ac.peer.ClusterID] {
+			clusters[ac.peer.ClusterID] = true
+			ids = append(ids, ac.peer.ClusterID)
+		}
+	}
+	return conns, ids
+}
+
+// eachBounded runs f for every connection, 16 at a time.
+func eachBounded(conns []*agentConn, f func(*agentConn)) {
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
 	for _, ac := range conns {
-		wg.Go(func() { h.deliverMesh(ctx, ac, heads) })
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f(ac)
+		}()
 	}
 	wg.Wait()
-	return nil
 }
 
 // deliver sends the heads the connection does not have yet. fetched caches
@@ -257,36 +277,15 @@ func (h *Hub) Deliver(ctx context.Context, heads map[string][]Head) {
 // Refresh sends every connected agent the revisions it does not have: called
 // when revisions were recorded, on this replica or another.
 func (h *Hub) Refresh(ctx context.Context) error {
-	h.mu.Lock()
-	conns := make([]*agentConn, 0, len(h.conns))
-	clusters := map[string]bool{}
-	for _, ac := range h.conns {
-		conns = append(conns, ac)
-		clusters[ac.peer.ClusterID] = true
-	}
-	h.mu.Unlock()
+	conns, ids := h.connected(nil)
 	if len(conns) == 0 {
 		return nil
-	}
-	ids := make([]string, 0, len(clusters))
-	for id := range clusters {
-		ids = append(ids, id)
 	}
 	heads, err := h.cfg.Heads(ctx, ids)
 	if err != nil {
 		return fmt.Errorf("looking up the latest revisions: %w", err)
 	}
 	var fetched sync.Map
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for _, ac := range conns {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			h.deliver(ctx, ac, heads[ac.peer.ClusterID], &fetched)
-		}()
-	}
-	wg.Wait()
+	eachBounded(conns, func(ac *agentConn) { h.deliver(ctx, ac, heads[ac.peer.ClusterID], &fetched) })
 	return nil
 }
