@@ -30,5 +30,8 @@ type AuditEntry struct {
 	Detail     string      `json:"detail"`
 	OccurredAt time.Time   `json:"occurredAt"`
 	RequestID  string      `json:"requestId"`
-	Hash       string      `json:"hash"`
+	// Via is how the change reached the control plane when not by the REST
+	// API itself: "mcp" for a tool call of the MCP server (docs/mcp.md).
+	Via  string `json:"via,omitempty"`
+	Hash string `json:"hash"`
 }

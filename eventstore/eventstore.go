@@ -66,9 +66,12 @@ type AppendRequest struct {
 	// 0 for a new stream.
 	ExpectedVersion int
 	// OrgID is the organisation the stream belongs to, "" for instance-wide streams.
-	OrgID      string
-	Actor      domain.Actor
-	RequestID  string
+	OrgID     string
+	Actor     domain.Actor
+	RequestID string
+	// Via is how the command reached the control plane when not by the
+	// REST API itself ("mcp"); "" otherwise. A short lowercase word.
+	Via        string
 	OccurredAt time.Time
 	Records    []Record
 	// Claims are reserved for StreamID; Releases are given back. A release
@@ -93,6 +96,9 @@ func (r AppendRequest) validate() error {
 	}
 	if r.OccurredAt.IsZero() {
 		errs = append(errs, errors.New("occurred-at time is zero"))
+	}
+	if !validVia(r.Via) {
+		errs = append(errs, fmt.Errorf("via %q is not a short lowercase word", r.Via))
 	}
 	if r.OrgID != "" {
 		if _, err := uuid.Parse(r.OrgID); err != nil {
@@ -119,7 +125,27 @@ type Event struct {
 	Payload       []byte
 	Actor         domain.Actor
 	RequestID     string
-	OccurredAt    time.Time
+	// Via is how the command reached the control plane ("mcp"), "" for
+	// the REST API itself and for everything else.
+	Via        string
+	OccurredAt time.Time
+}
+
+// validVia accepts "" and a lowercase word of at most 32 letters, digits
+// and dashes that starts with a letter.
+func validVia(v string) bool {
+	if len(v) > 32 {
+		return false
+	}
+	for i, c := range v {
+		switch {
+		case c >= 'a' && c <= 'z':
+		case i > 0 && (c >= '0' && c <= '9' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // Cursor is a point in commit order: a transaction id and a position.
@@ -172,10 +198,10 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // transaction.
 const insertEvents = `
 INSERT INTO events (stream_id, stream_version, org_id, event_type, schema_version, payload,
-                    actor_kind, actor_id, actor_name, request_id, occurred_at)
+                    actor_kind, actor_id, actor_name, request_id, occurred_at, via)
 SELECT $1, CASE WHEN $2 = 0 OR EXISTS (SELECT 1 FROM events WHERE stream_id = $1 AND stream_version = $2)
                 THEN $2 + e.ord::integer END,
-       $3::uuid, e.type, e.sv, e.payload, $7, $8, $9, $10, $11
+       $3::uuid, e.type, e.sv, e.payload, $7, $8, $9, $10, $11, $12
 FROM unnest($4::text[], $5::smallint[], $6::json[]) WITH ORDINALITY AS e(type, sv, payload, ord)
 RETURNING position, transaction_id::text::bigint`
 
@@ -229,7 +255,7 @@ func (s *Store) append(ctx context.Context, q Querier, req AppendRequest) (Appen
 		org = req.OrgID
 	}
 	b.Queue(insertEvents, req.StreamID, req.ExpectedVersion, org, types, versions, payloads,
-		string(req.Actor.Kind), req.Actor.ID, req.Actor.Name, req.RequestID, req.OccurredAt)
+		string(req.Actor.Kind), req.Actor.ID, req.Actor.Name, req.RequestID, req.OccurredAt, req.Via)
 	outbox, err := s.outboxQuery(req, types)
 	if err != nil {
 		return Appended{}, err
@@ -329,7 +355,7 @@ func classify(err error) error {
 }
 
 const eventColumns = `position, transaction_id::text::bigint AS txid, stream_id, stream_version, coalesce(org_id::text, ''),
-	event_type, schema_version, payload, actor_kind, actor_id, actor_name, request_id, occurred_at`
+	event_type, schema_version, payload, actor_kind, actor_id, actor_name, request_id, occurred_at, via`
 
 func scanEvents(rows pgx.Rows, capHint int) ([]Event, error) {
 	defer rows.Close()
@@ -340,7 +366,7 @@ func scanEvents(rows pgx.Rows, capHint int) ([]Event, error) {
 		var sv int16
 		var kind string
 		if err := rows.Scan(&e.Position, &tx, &e.StreamID, &e.StreamVersion, &e.OrgID, &e.Type, &sv,
-			&e.Payload, &kind, &e.Actor.ID, &e.Actor.Name, &e.RequestID, &e.OccurredAt); err != nil {
+			&e.Payload, &kind, &e.Actor.ID, &e.Actor.Name, &e.RequestID, &e.OccurredAt, &e.Via); err != nil {
 			return nil, err
 		}
 		e.TxID, e.SchemaVersion, e.Actor.Kind = uint64(tx), int(sv), domain.ActorKind(kind)

@@ -30,19 +30,29 @@ type AuditRow struct {
 	Detail     string    `json:"detail"`
 	OccurredAt time.Time `json:"occurredAt"`
 	RequestID  string    `json:"requestId"`
-	PrevHash   string    `json:"prevHash"`
-	Hash       string    `json:"hash"`
+	// Via is how the command reached the control plane ("mcp"), "" for
+	// the REST API itself and for everything else.
+	Via      string `json:"via,omitempty"`
+	PrevHash string `json:"prevHash"`
+	Hash     string `json:"hash"`
 }
 
 // ComputeHash chains the row to the one before it: editing, inserting or
-// deleting a row breaks every hash after it.
+// deleting a row breaks every hash after it. Via is hashed only when it is
+// set (as "via=" and its value, after the other fields), so the rows written
+// before it existed keep their hashes, and clearing or setting it on a row
+// breaks the chain like any other edit.
 func (r AuditRow) ComputeHash() string {
 	h := sha256.New()
-	for _, f := range []string{
+	fields := []string{
 		r.PrevHash, strconv.FormatInt(r.Seq, 10), strconv.FormatInt(r.Position, 10), r.OrgID,
 		r.ActorKind, r.ActorID, r.ActorName, r.Action, r.TargetKind, r.TargetID, r.Target, r.Detail,
 		r.OccurredAt.UTC().Format(time.RFC3339Nano), r.RequestID,
-	} {
+	}
+	if r.Via != "" {
+		fields = append(fields, "via="+r.Via)
+	}
+	for _, f := range fields {
 		h.Write([]byte(f))
 		h.Write([]byte{0x1f})
 	}
@@ -61,7 +71,7 @@ func newAudit() *audit {
 	return &audit{
 		t: newInsertOnlyTable("audit_log", 1, "position bigint", "seq bigint", "org_id uuid", "actor_kind text", "actor_id text", "actor_name text",
 			"action text", "target_kind text", "target_id text", "target text", "detail text", "occurred_at timestamptz",
-			"request_id text", "prev_hash text", "hash text"),
+			"request_id text", "prev_hash text", "hash text", "via text"),
 		names: map[string]string{},
 	}
 }
@@ -98,12 +108,12 @@ func (a *audit) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
 			Position: e.Position, Seq: seq, OrgID: e.OrgID,
 			ActorKind: string(e.Actor.Kind), ActorID: e.Actor.ID, ActorName: e.Actor.Name,
 			Action: en.Action, TargetKind: en.TargetKind, TargetID: en.TargetID, Target: a.targetName(en),
-			Detail: en.Detail, OccurredAt: e.OccurredAt, RequestID: e.RequestID, PrevHash: head,
+			Detail: en.Detail, OccurredAt: e.OccurredAt, RequestID: e.RequestID, Via: e.Via, PrevHash: head,
 		}
 		row.Hash = row.ComputeHash()
 		head = row.Hash
 		a.t.upsert(row.Position, row.Seq, nullable(row.OrgID), row.ActorKind, row.ActorID, row.ActorName, row.Action,
-			row.TargetKind, row.TargetID, row.Target, row.Detail, row.OccurredAt, row.RequestID, row.PrevHash, row.Hash)
+			row.TargetKind, row.TargetID, row.Target, row.Detail, row.OccurredAt, row.RequestID, row.PrevHash, row.Hash, row.Via)
 	}
 	return flush(ctx, tx, a.t)
 }

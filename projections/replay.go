@@ -333,7 +333,7 @@ func VerifyChain(ctx context.Context, q eventstore.Querier) (ChainReport, error)
 	}
 	rep.Events = handled
 	rows, err := q.Query(ctx, `SELECT position, seq, coalesce(org_id::text, ''), actor_kind, actor_id, actor_name, action,
-		target_kind, target_id, target, detail, occurred_at, request_id, prev_hash, hash FROM audit_log ORDER BY seq`)
+		target_kind, target_id, target, detail, occurred_at, request_id, via, prev_hash, hash FROM audit_log ORDER BY seq`)
 	if err != nil {
 		return rep, fmt.Errorf("reading the audit log: %w", err)
 	}
@@ -342,7 +342,7 @@ func VerifyChain(ctx context.Context, q eventstore.Querier) (ChainReport, error)
 	for rows.Next() {
 		var r AuditRow
 		if err := rows.Scan(&r.Position, &r.Seq, &r.OrgID, &r.ActorKind, &r.ActorID, &r.ActorName, &r.Action,
-			&r.TargetKind, &r.TargetID, &r.Target, &r.Detail, &r.OccurredAt, &r.RequestID, &r.PrevHash, &r.Hash); err != nil {
+			&r.TargetKind, &r.TargetID, &r.Target, &r.Detail, &r.OccurredAt, &r.RequestID, &r.Via, &r.PrevHash, &r.Hash); err != nil {
 			return rep, err
 		}
 		rep.Rows++

@@ -148,7 +148,11 @@ func printEntries(x *cmdCtx, page api.AuditPage, header bool) {
 		if target == "" {
 			target = e.Target.Kind + " " + e.Target.ID
 		}
-		rows = append(rows, []string{when(e.OccurredAt), cell(e.Actor.Name), e.Action, cell(target), cell(e.Detail)})
+		actor := e.Actor.Name
+		if e.Via != "" {
+			actor += " via " + e.Via
+		}
+		rows = append(rows, []string{when(e.OccurredAt), cell(actor), e.Action, cell(target), cell(e.Detail)})
 	}
 	if header {
 		x.table("TIME\tACTOR\tACTION\tTARGET\tDETAIL", rows)

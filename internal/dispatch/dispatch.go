@@ -26,6 +26,11 @@ type Context struct {
 	// Person is the user behind the actor ("" for agents and system jobs).
 	Person    string
 	RequestID string
+	// Via is how the command reached the control plane when not by the
+	// REST API itself: "mcp" for the MCP server's tool calls. It is set
+	// in process only (never from a header) and recorded on the events and
+	// in the audit log.
+	Via string
 	// CommandID makes retries of the same request decide the same ids; a new
 	// one is made when empty.
 	CommandID string
@@ -185,7 +190,7 @@ func run[A aggregate](ctx context.Context, h *Handler, c Context, cmd any, strea
 		}
 		req := eventstore.AppendRequest{
 			StreamID: stream, ExpectedVersion: version, OrgID: orgID,
-			Actor: c.Actor, RequestID: c.RequestID, OccurredAt: m.Now,
+			Actor: c.Actor, RequestID: c.RequestID, Via: c.Via, OccurredAt: m.Now,
 		}
 		for _, e := range dec.Events {
 			typ, v, payload, err := domain.Encode(e)

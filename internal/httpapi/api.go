@@ -264,7 +264,7 @@ func (a *API) settle(ctx context.Context, res dispatch.Result) error {
 
 // commandContext is who issues a command in this request.
 func commandContext(r *http.Request, c *call) dispatch.Context {
-	return dispatch.Context{Actor: c.actor, Person: c.principal.UserID, RequestID: requestID(r.Context()), IfVersion: c.ifVersion}
+	return dispatch.Context{Actor: c.actor, Person: c.principal.UserID, RequestID: requestID(r.Context()), Via: via(r.Context()), IfVersion: c.ifVersion}
 }
 
 var _ eventstore.Querier = (*pgxpool.Pool)(nil)

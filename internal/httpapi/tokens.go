@@ -27,30 +27,36 @@ func (a *API) authenticate(r *http.Request) (domain.Principal, domain.Actor, str
 	if !ok || raw == "" {
 		return domain.Principal{}, domain.Actor{}, "", unauthorized("this request needs an API token: Authorization: Bearer <token>")
 	}
+	p, actor, tok, err := a.authenticateToken(r.Context(), raw)
+	return p, actor, tok.ID, err
+}
+
+// authenticateToken resolves a bearer token's text to a principal, an actor
+// and the token (for Authenticate, which the MCP server's verifier calls).
+func (a *API) authenticateToken(ctx context.Context, raw string) (domain.Principal, domain.Actor, api.Token, error) {
 	id, secret, ok := credential.Parse(raw)
 	if !ok {
-		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token is malformed")
+		return domain.Principal{}, domain.Actor{}, api.Token{}, unauthorized("the token is malformed")
 	}
-	ctx := r.Context()
 	tok, hash, err := query.TokenByID(ctx, a.pool, id)
 	if errors.Is(err, query.ErrNotFound) {
-		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token is not valid")
+		return domain.Principal{}, domain.Actor{}, api.Token{}, unauthorized("the token is not valid")
 	}
 	if err != nil {
-		return domain.Principal{}, domain.Actor{}, "", err
+		return domain.Principal{}, domain.Actor{}, api.Token{}, err
 	}
 	if !credential.Matches(hash, secret) {
-		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token is not valid")
+		return domain.Principal{}, domain.Actor{}, api.Token{}, unauthorized("the token is not valid")
 	}
 	if tok.RevokedAt != nil {
-		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token was revoked")
+		return domain.Principal{}, domain.Actor{}, api.Token{}, unauthorized("the token was revoked")
 	}
 	if tok.ExpiresAt != nil && !tok.ExpiresAt.After(a.cfg.Now()) {
-		return domain.Principal{}, domain.Actor{}, "", unauthorized("the token expired")
+		return domain.Principal{}, domain.Actor{}, api.Token{}, unauthorized("the token expired")
 	}
 	p, user, err := a.principal(ctx, tok.UserID)
 	if err != nil {
-		return domain.Principal{}, domain.Actor{}, "", err
+		return domain.Principal{}, domain.Actor{}, api.Token{}, err
 	}
 	actor := domain.Actor{Kind: domain.ActorUser, ID: user.ID, Name: user.Email}
 	if !tok.Session {
@@ -61,7 +67,7 @@ func (a *API) authenticate(r *http.Request) (domain.Principal, domain.Actor, str
 		}
 		actor = domain.Actor{Kind: domain.ActorToken, ID: tok.ID, Name: user.Email + " (token " + tok.Name + ")"}
 	}
-	return p, actor, tok.ID, nil
+	return p, actor, tok, nil
 }
 
 func (a *API) principal(ctx context.Context, userID string) (domain.Principal, api.User, error) {

@@ -114,10 +114,10 @@ func Audit(ctx context.Context, q eventstore.Querier, f AuditFilter) (rows []api
 	rows, err = list(ctx, q, "the audit log", func(row pgx.Row) (api.AuditEntry, error) {
 		var e api.AuditEntry
 		err := row.Scan(&e.Seq, &e.Position, &e.OrgID, &e.Actor.Kind, &e.Actor.ID, &e.Actor.Name, &e.Action,
-			&e.Target.Kind, &e.Target.ID, &e.Target.Name, &e.Detail, &e.OccurredAt, &e.RequestID, &e.Hash)
+			&e.Target.Kind, &e.Target.ID, &e.Target.Name, &e.Detail, &e.OccurredAt, &e.RequestID, &e.Via, &e.Hash)
 		return e, err
 	}, `SELECT seq, position, coalesce(org_id::text, ''), actor_kind, actor_id, actor_name, action,
-	           target_kind, target_id, target, detail, occurred_at, request_id, hash
+	           target_kind, target_id, target, detail, occurred_at, request_id, via, hash
 	      FROM audit_log WHERE `+w.sql()+` ORDER BY `+order+` LIMIT `+lim, w.args...)
 	if err != nil {
 		return nil, 0, err

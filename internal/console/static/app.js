@@ -216,7 +216,7 @@
       t.setAttribute("datetime", a.occurredAt);
       td.appendChild(t);
       tr.appendChild(td);
-      tr.appendChild(el("td", null, (a.actor && a.actor.name) || ""));
+      tr.appendChild(el("td", null, ((a.actor && a.actor.name) || "") + (a.via ? " via " + a.via : "")));
       td = el("td");
       td.appendChild(el("code", null, a.action));
       tr.appendChild(td);
