@@ -26,6 +26,7 @@ var sqlOwners = map[string]string{
 	"internal/database":             "the managed database itself and the migrations",
 	"internal/reactions/reactstore": "reaction_timers, build_queue",
 	"internal/apistate":             "idempotency_keys, login_throttle",
+	"internal/webhooks/hookstore":   "outbound webhook endpoints as the webhooks' subscription saw them, deliveries, attempts",
 }
 
 // sqlExempt are packages that may keep SQL of their own.

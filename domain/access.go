@@ -46,13 +46,16 @@ const (
 	ScopeInstanceAdmin    Scope = "instance:admin"
 	ScopeBuildsRead       Scope = "builds:read"
 	ScopeBuildsWrite      Scope = "builds:write"
+	// ScopeWebhooksWrite manages the organisation's outbound webhook
+	// endpoints (Owners and Admins).
+	ScopeWebhooksWrite Scope = "webhooks:write"
 )
 
 // Scopes lists every scope.
 var Scopes = []Scope{
 	ScopeProjectsRead, ScopeProjectsWrite, ScopeDeploymentsWrite, ScopeApprovalsWrite,
 	ScopeServersRead, ScopeServersWrite, ScopeAuditRead, ScopeMembersWrite, ScopeTokensWrite,
-	ScopeInstanceAdmin, ScopeBuildsRead, ScopeBuildsWrite,
+	ScopeInstanceAdmin, ScopeBuildsRead, ScopeBuildsWrite, ScopeWebhooksWrite,
 }
 
 // ParseScopes validates a list of scope names.
@@ -76,9 +79,11 @@ var roleScopes = map[Role][]Scope{
 	RoleMember: {ScopeProjectsRead, ScopeProjectsWrite, ScopeDeploymentsWrite, ScopeServersRead, ScopeTokensWrite,
 		ScopeBuildsRead, ScopeBuildsWrite},
 	RoleAdmin: {ScopeProjectsRead, ScopeProjectsWrite, ScopeDeploymentsWrite, ScopeApprovalsWrite,
-		ScopeServersRead, ScopeServersWrite, ScopeAuditRead, ScopeMembersWrite, ScopeTokensWrite, ScopeBuildsRead, ScopeBuildsWrite},
+		ScopeServersRead, ScopeServersWrite, ScopeAuditRead, ScopeMembersWrite, ScopeTokensWrite, ScopeBuildsRead, ScopeBuildsWrite,
+		ScopeWebhooksWrite},
 	RoleOwner: {ScopeProjectsRead, ScopeProjectsWrite, ScopeDeploymentsWrite, ScopeApprovalsWrite,
-		ScopeServersRead, ScopeServersWrite, ScopeAuditRead, ScopeMembersWrite, ScopeTokensWrite, ScopeBuildsRead, ScopeBuildsWrite},
+		ScopeServersRead, ScopeServersWrite, ScopeAuditRead, ScopeMembersWrite, ScopeTokensWrite, ScopeBuildsRead, ScopeBuildsWrite,
+		ScopeWebhooksWrite},
 }
 
 // RoleGrants reports whether a member with role may act with scope in their

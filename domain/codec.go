@@ -124,6 +124,15 @@ var codecs = map[string]eventCodec{
 	"agent.rollout.started":          {1, decodeV1[AgentRolloutStarted]},
 	"agent.rollout.halted":           {1, decodeV1[AgentRolloutHalted]},
 	"agent.rollout.completed":        {1, decodeV1[AgentRolloutCompleted]},
+
+	// Outbound webhooks and cluster links (outhook.go).
+	"webhook.endpoint.created":              {1, decodeV1[OutHookCreated]},
+	"webhook.endpoint.deleted":              {1, decodeV1[OutHookDeleted]},
+	"webhook.endpoint.rotated":              {1, decodeV1[OutHookRotated]},
+	"webhook.endpoint.disabled":             {1, decodeV1[OutHookDisabled]},
+	"webhook.endpoint.enabled":              {1, decodeV1[OutHookEnabled]},
+	"webhook.endpoint.redelivery_requested": {1, decodeV1[OutHookRedeliveryRequested]},
+	"cluster.link.changed":                  {1, decodeV1[ClusterLinkChanged]},
 }
 
 // EventTypes lists every known event type.
@@ -181,6 +190,9 @@ func Audit(e Event) AuditEntry {
 		return en
 	}
 	if en, ok := auditMesh(e); ok {
+		return en
+	}
+	if en, ok := auditOutHook(e); ok {
 		return en
 	}
 	switch e := e.(type) {

@@ -100,6 +100,15 @@ func TestEveryEventRoundTrips(t *testing.T) {
 		domain.BranchTracked{EnvironmentID: stagingID, ServiceID: apiID, Branch: "feature/x"},
 		domain.WebhookSecretRotated{ProjectID: projectID, Secret: domain.SealedValue{DataKeyID: "k", Ciphertext: []byte{1}}},
 		domain.DeployWaiting{EnvironmentID: stagingID, ServiceID: apiID, Image: digest, BuildID: dep1},
+		domain.OutHookCreated{OrgID: orgID, EndpointID: dep1, URL: "https://hooks.example.com/in?token=x", Description: "ops",
+			EventTypes: []string{"deployment.failed"}, Secret: domain.SealedValue{DataKeyID: "k", Ciphertext: []byte{1}}, At: now},
+		domain.OutHookDeleted{OrgID: orgID, EndpointID: dep1},
+		domain.OutHookRotated{OrgID: orgID, EndpointID: dep1, Secret: domain.SealedValue{DataKeyID: "k2", Ciphertext: []byte{2}},
+			Previous: &domain.SealedValue{DataKeyID: "k", Ciphertext: []byte{1}}, PreviousUntil: &exp, At: now},
+		domain.OutHookDisabled{OrgID: orgID, EndpointID: dep1, Reason: "the receiver answered 410 Gone", At: now},
+		domain.OutHookEnabled{OrgID: orgID, EndpointID: dep1},
+		domain.OutHookRedeliveryRequested{OrgID: orgID, EndpointID: dep1, DeliveryID: rel1, At: now},
+		domain.ClusterLinkChanged{ClusterID: clusterID, OrgID: orgID, Connected: true, Agents: 2, At: now},
 	}
 	seen := map[string]bool{}
 	for _, e := range events {

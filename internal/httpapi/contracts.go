@@ -67,7 +67,11 @@ var resourceStreams = map[string]func(c *call) string{
 	"GET " + targetPath + "/tracking":                projectStream,
 	"PUT " + targetPath + "/tracking":                projectStream,
 	"GET " + envPath + "/changesets/{changeset}":     projectStream,
+	"GET " + hookPath + "/{webhook}":                 outHookStream,
+	"DELETE " + hookPath + "/{webhook}":              outHookStream,
 }
+
+func outHookStream(c *call) string { return domain.OutHookStream(c.org.ID) }
 
 func meshStream(c *call) string { return domain.MeshStream(c.org.ID) }
 

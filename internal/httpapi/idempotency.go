@@ -197,6 +197,10 @@ func issuedCredentials(body any) ([]issuedCredential, bool) {
 		// again: a replay of it (the route takes no Idempotency-Key) would
 		// find it not valid.
 		return []issuedCredential{{Kind: kindWebhookSecret, ID: b.URL}}, true
+	case api.WebhookEndpointSecret:
+		// Likewise an outbound webhook endpoint's secret: its creation
+		// and rotations take no Idempotency-Key.
+		return []issuedCredential{{Kind: kindWebhookSecret, ID: b.ID}}, true
 	case api.ClusterResponse:
 		if b.JoinToken == nil {
 			return nil, true

@@ -13,6 +13,7 @@ const (
 	envPath     = projectPath + "/environments/{env}"
 	targetPath  = envPath + "/services/{service}"
 	clusterPath = orgPath + "/clusters/{cluster}"
+	hookPath    = orgPath + "/webhooks"
 )
 
 // routeTable is every route of the API. Order matters only for the document.
@@ -30,6 +31,7 @@ func (a *API) routeTable() []route {
 		admin   = domain.ScopeInstanceAdmin
 		bRead   = domain.ScopeBuildsRead
 		bWrite  = domain.ScopeBuildsWrite
+		hooks   = domain.ScopeWebhooksWrite
 		ok      = http.StatusOK
 		created = http.StatusCreated
 		none    = http.StatusNoContent
@@ -191,6 +193,24 @@ func (a *API) routeTable() []route {
 			scope: srvWrit, request: api.MeshSettingsRequest{}, response: api.Mesh{}, status: ok, handle: a.updateMesh},
 		{method: "POST", path: clusterPath + "/mesh/rotate", tag: "mesh", summary: "Ask the cluster's nodes (or one: node) for new WireGuard keys; each node makes its own and publishes the public key",
 			scope: srvWrit, request: api.MeshRotateRequest{}, response: api.MeshRotateResponse{}, status: later, handle: a.rotateMesh},
+		{method: "GET", path: hookPath, tag: "webhooks", summary: "The organisation's outbound webhook endpoints (never their secrets)", scope: audit,
+			response: []api.WebhookEndpoint{}, status: ok, handle: a.listOutHooks},
+		{method: "POST", path: hookPath, tag: "webhooks", summary: "Create an outbound webhook endpoint: an http(s) URL and the event types it receives (or *); its signing secret (whsec_...) is shown once",
+			scope: hooks, request: api.CreateWebhookRequest{}, response: api.WebhookEndpointSecret{}, status: created, handle: a.createOutHook},
+		{method: "GET", path: hookPath + "/{webhook}", tag: "webhooks", summary: "An outbound webhook endpoint: enabled, or disabled and why", scope: audit,
+			response: api.WebhookEndpoint{}, status: ok, handle: a.getOutHook},
+		{method: "DELETE", path: hookPath + "/{webhook}", tag: "webhooks", summary: "Delete an outbound webhook endpoint; its pending deliveries fail", scope: hooks,
+			status: none, handle: a.deleteOutHook},
+		{method: "POST", path: hookPath + "/{webhook}/rotate", tag: "webhooks", summary: "Make the endpoint a new signing secret (shown once); the one before keeps signing beside it for 24 hours (two signatures)",
+			scope: hooks, response: api.WebhookEndpointSecret{}, status: ok, handle: a.rotateOutHook},
+		{method: "POST", path: hookPath + "/{webhook}/enable", tag: "webhooks", summary: "Enable a disabled endpoint again (it was disabled after a 410 Gone or 5 days of failures)",
+			scope: hooks, response: api.WebhookEndpoint{}, status: ok, handle: a.enableOutHook},
+		{method: "GET", path: hookPath + "/{webhook}/deliveries", tag: "webhooks", summary: "The endpoint's deliveries, newest first (kept 30 days): status, attempts, next attempt", scope: audit,
+			response: []api.WebhookDelivery{}, status: ok, query: []param{limit}, handle: a.listOutHookDeliveries},
+		{method: "GET", path: hookPath + "/{webhook}/deliveries/{delivery}", tag: "webhooks", summary: "A delivery: its payload and every attempt (status, duration, the response's first 1 KiB)", scope: audit,
+			response: api.WebhookDeliveryDetail{}, status: ok, handle: a.getOutHookDelivery},
+		{method: "POST", path: hookPath + "/{webhook}/deliveries/{delivery}/redeliver", tag: "webhooks", summary: "Send a delivery again, by hand, with the same webhook-id (409 when the endpoint is disabled)",
+			scope: hooks, response: api.WebhookDelivery{}, status: later, handle: a.redeliverOutHook},
 		{method: "GET", path: envPath + "/events", tag: "environments",
 			summary: "Follow an environment's activity (server-sent events): audit log entries about the environment, its services there, its deployments and change sets", scope: read,
 			status: ok, handle: a.environmentEvents, events: []streamEvent{
