@@ -133,6 +133,9 @@ func (p *Projections) handle(ctx context.Context, tx pgx.Tx, events []eventstore
 	if err != nil {
 		return err
 	}
+	if err := planEachRun(ctx, tx); err != nil {
+		return err
+	}
 	if err := project(ctx, tx, p.procs, batch); err != nil {
 		return err
 	}
@@ -144,6 +147,20 @@ func (p *Projections) handle(ctx context.Context, tx pgx.Tx, events []eventstore
 	// Readers waiting to see their own writes wake when this batch commits.
 	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, ProjectedChannel); err != nil {
 		return err
+	}
+	return nil
+}
+
+// planEachRun makes every statement of the batch's transaction planned
+// with its arguments and the tables' sizes now. The projections run the same
+// prepared statements batch after batch; from its sixth run PostgreSQL may
+// keep a generic plan instead, and one made while a table was small (a new
+// instance, a rebuild's first batches) scans the table however large it
+// grows until its statistics are gathered again: every batch pays for it.
+// Planning costs far less than a scan of a grown table.
+func planEachRun(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_custom_plan`); err != nil {
+		return fmt.Errorf("projections: planning each statement: %w", err)
 	}
 	return nil
 }
