@@ -41,6 +41,9 @@ type flags struct {
 	agents   int
 	// latencyRuns is how many single changes the latency is measured over.
 	latencyRuns int
+	// statements loads pg_stat_statements and logs the statements that took
+	// the database's time, after each benchmark.
+	statements int
 }
 
 func main() {
@@ -56,6 +59,7 @@ func main() {
 	childURL := flag.String("child-url", "", "internal: the control plane of the simulated agents")
 	childCA := flag.String("child-ca", "", "internal: the CA of the control plane")
 	flag.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of this process")
+	flag.IntVar(&f.statements, "statements", 0, "log the N statements that took PostgreSQL's time (pg_stat_statements) after each benchmark: the profile of the database's side")
 	flag.Parse()
 	if *childCreds != "" {
 		if err := childAgents(*childCreds, *childURL, *childCA); err != nil {
@@ -87,7 +91,12 @@ func run(ctx context.Context, f flags) error {
 	}
 	defer os.RemoveAll(dir)
 	// Durable settings (fsync and synchronous_commit on): what production has.
-	cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Settings: map[string]string{"shared_buffers": "'512MB'", "max_wal_size": "'4GB'"}})
+	settings := map[string]string{"shared_buffers": "'512MB'", "max_wal_size": "'4GB'"}
+	if f.statements > 0 {
+		settings["shared_preload_libraries"] = "'pg_stat_statements'"
+		settings["pg_stat_statements.track"] = "'all'"
+	}
+	cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Settings: settings})
 	if err != nil {
 		return err
 	}
@@ -99,7 +108,22 @@ func run(ctx context.Context, f flags) error {
 	defer pool.Close()
 
 	var results []result
-	want := func(name string) bool { return f.only == "" || f.only == name }
+	want := func(name string) bool {
+		if f.only != "" && f.only != name {
+			return false
+		}
+		if f.statements > 0 {
+			if len(results) > 0 || name != "appends" {
+				topStatements(ctx, cluster, f.statements)
+			}
+			resetStatements(ctx, cluster)
+			log.Printf("statements: measuring %s", name)
+		}
+		return true
+	}
+	if f.statements > 0 {
+		defer topStatements(ctx, cluster, f.statements)
+	}
 	if want("appends") {
 		log.Printf("appends: 8 writers, single events, %d runs of %s", f.runs, f.duration)
 		r, err := benchAppends(ctx, pool, f, 1)
