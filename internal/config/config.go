@@ -67,13 +67,20 @@ const (
 	// connect again with the new version before the upgrade counts as
 	// failed (a Go duration, default 10m).
 	EnvAgentUpgradeTimeout = "NEBULACTRL_AGENT_UPGRADE_TIMEOUT"
+	// EnvWebhookAllowedHosts lists outbound webhook receivers ("host:port",
+	// comma-separated) that deliveries may reach on loopback, link-local
+	// or other addresses refused otherwise (a local test receiver).
+	EnvWebhookAllowedHosts = "NEBULACTRL_WEBHOOK_ALLOWED_HOSTS"
+	// EnvWebhookDenyPrivate (true/false, default false) makes outbound
+	// webhook deliveries refuse private addresses too, unless listed.
+	EnvWebhookDenyPrivate = "NEBULACTRL_WEBHOOK_DENY_PRIVATE"
 )
 
 // Names lists every variable the control plane reads, for documentation
 // checks.
 var Names = []string{EnvDatabaseURL, EnvSecretKey, EnvPreviousSecretKey, EnvPublicURL, EnvListen, EnvDataDir, EnvLogLevel, EnvLogFormat,
 	EnvMetricsListen, EnvTLSCert, EnvTLSKey, EnvInsecureRegistries, EnvAllowedRegistries, EnvRegistryDenyPrivate,
-	EnvRegistryAuthFile, EnvRegistryAuth, EnvApprovalTTL, EnvStallTimeout, EnvAgentUpgradeTimeout}
+	EnvRegistryAuthFile, EnvRegistryAuth, EnvApprovalTTL, EnvStallTimeout, EnvAgentUpgradeTimeout, EnvWebhookAllowedHosts, EnvWebhookDenyPrivate}
 
 // Config is the control plane's configuration.
 type Config struct {
@@ -111,6 +118,10 @@ type Config struct {
 	ApprovalTTL, StallTimeout time.Duration
 	// AgentUpgradeTimeout: see EnvAgentUpgradeTimeout.
 	AgentUpgradeTimeout time.Duration
+	// WebhookAllowedHosts and WebhookDenyPrivate: see the variables of the
+	// same names.
+	WebhookAllowedHosts []string
+	WebhookDenyPrivate  bool
 	// EnvFile is the .env file that was read (or would be written).
 	EnvFile string
 }
@@ -167,7 +178,7 @@ func Load(envFile string) (Config, error) {
 	for _, list := range []struct {
 		env string
 		to  *[]string
-	}{{EnvInsecureRegistries, &c.InsecureRegistries}, {EnvAllowedRegistries, &c.AllowedRegistries}} {
+	}{{EnvInsecureRegistries, &c.InsecureRegistries}, {EnvAllowedRegistries, &c.AllowedRegistries}, {EnvWebhookAllowedHosts, &c.WebhookAllowedHosts}} {
 		for _, r := range strings.Split(get(list.env), ",") {
 			if r = strings.TrimSpace(r); r != "" {
 				*list.to = append(*list.to, r)
@@ -182,6 +193,13 @@ func Load(envFile string) (Config, error) {
 			return Config{}, fmt.Errorf("%s=%q: want true or false", EnvRegistryDenyPrivate, v)
 		}
 		c.RegistryDenyPrivate = b
+	}
+	if v := get(EnvWebhookDenyPrivate); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("%s=%q: want true or false", EnvWebhookDenyPrivate, v)
+		}
+		c.WebhookDenyPrivate = b
 	}
 	for _, d := range []struct {
 		env string
@@ -270,6 +288,11 @@ func (c Config) Validate() error {
 			if strings.ContainsAny(h, "/ ") {
 				errs = append(errs, fmt.Errorf("%s: %q is not a registry host (host or host:port, no scheme or path)", list.env, h))
 			}
+		}
+	}
+	for _, h := range c.WebhookAllowedHosts {
+		if _, _, err := net.SplitHostPort(h); err != nil || strings.ContainsAny(h, "/ ") {
+			errs = append(errs, fmt.Errorf("%s: %q is not host:port", EnvWebhookAllowedHosts, h))
 		}
 	}
 	if c.MetricsListen != "" {

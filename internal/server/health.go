@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/nebulactrl/nebulactrl/internal/reactions"
+	"github.com/nebulactrl/nebulactrl/internal/webhooks"
 	"github.com/nebulactrl/nebulactrl/projections"
 )
 
@@ -30,7 +31,7 @@ func strictTransport(next http.Handler) http.Handler {
 // readyz answers 200 when the database answers. Every migration of this
 // binary was applied before the server started listening for requests.
 // subscriptions are the checkpointed readers whose lag the operator sees.
-var subscriptions = []string{projections.SubscriptionName, reactions.SubscriptionName}
+var subscriptions = []string{projections.SubscriptionName, reactions.SubscriptionName, webhooks.SubscriptionName}
 
 // stuckAfter is how old the oldest unhandled event may be before a
 // subscription counts as stuck and the replica as not ready. It is longer

@@ -35,6 +35,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/reactions"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
 	"github.com/nebulactrl/nebulactrl/internal/telemetry"
+	"github.com/nebulactrl/nebulactrl/internal/webhooks"
 	"github.com/nebulactrl/nebulactrl/projections"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
@@ -220,6 +221,7 @@ type components struct {
 	api      *httpapi.API
 	link     *agentlink.Link
 	sched    *jobs.Scheduler
+	hooks    *webhooks.Webhooks
 }
 
 func buildComponents(ctx context.Context, cfg config.Config, opts Options, log *slog.Logger, d *db, replica string) (*components, error) {
@@ -242,6 +244,11 @@ func buildComponents(ctx context.Context, cfg config.Config, opts Options, log *
 	if err := c.connectAgents(cfg, opts, log, d, sealer, replica); err != nil {
 		return nil, err
 	}
+	if c.hooks, err = webhooks.New(webhooks.Config{Store: c.store, Commands: c.cmd, Secrets: sealer, Logger: log, Now: opts.Now,
+		Replica: replica, AllowedHosts: cfg.WebhookAllowedHosts, DenyPrivate: cfg.WebhookDenyPrivate, Version: opts.Version, Park: opts.Park}); err != nil {
+		c.link.Close()
+		return nil, err
+	}
 	c.registry = prometheus.NewRegistry()
 	c.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	c.registry.MustRegister(parkedCollector{pool: d.pool})
@@ -258,7 +265,7 @@ func buildComponents(ctx context.Context, cfg config.Config, opts Options, log *
 		Registry:    c.registry,
 		Now:         opts.Now,
 		Telemetry:   c.tel,
-		RetryParked: retryParked(c.store, c.proj.Subscription(nil), c.react.Subscription(nil)),
+		RetryParked: retryParked(c.store, c.proj.Subscription(nil), c.react.Subscription(nil), c.hooks.Subscription(nil)),
 		Backup:      d.backupCfg,
 		PublicURL:   cfg.PublicURL,
 	})
@@ -268,8 +275,8 @@ func buildComponents(ctx context.Context, cfg config.Config, opts Options, log *
 	}
 	react := c.react
 	c.sched, err = jobs.New(jobs.Config{Pool: d.pool, Replica: replica, Logger: log,
-		Jobs: append(backgroundJobs(c.store, d.pool, c.tel, opts.JobInterval), jobs.Job{Name: "fire-timers", Interval: time.Second,
-			Run: func(ctx context.Context) error { _, err := react.FireDue(ctx); return err }})})
+		Jobs: append(append(backgroundJobs(c.store, d.pool, c.tel, opts.JobInterval), jobs.Job{Name: "fire-timers", Interval: time.Second,
+			Run: func(ctx context.Context) error { _, err := react.FireDue(ctx); return err }}), c.hooks.Jobs(opts.JobInterval)...)})
 	if err != nil {
 		c.link.Close()
 	}
@@ -325,6 +332,10 @@ func (c *components) runBackground(ctx context.Context, log *slog.Logger) func()
 		},
 		// Each cluster's builds go to its servers connected here.
 		"agent-builds": func(ctx context.Context) error { return c.link.DeliverBuilds(ctx, c.waker.Subscribe()) },
+		// Outbound webhooks: the subscription writes deliveries, the sender
+		// (on every replica, leasing rows) sends them.
+		"webhooks":       func(ctx context.Context) error { return c.hooks.Run(ctx, c.waker.Subscribe()) },
+		"webhook-sender": func(ctx context.Context) error { return c.hooks.Send(ctx, c.waker.Subscribe()) },
 	} {
 		wg.Add(1)
 		go func() {

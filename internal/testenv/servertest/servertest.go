@@ -76,6 +76,9 @@ type Options struct {
 	// PublicMetrics serves /metrics on the public listener (to instance
 	// administrators) instead of a metrics listener of its own.
 	PublicMetrics bool
+	// WebhookAllowedHosts is NEBULACTRL_WEBHOOK_ALLOWED_HOSTS: outbound
+	// webhook receivers on loopback the deliveries may reach.
+	WebhookAllowedHosts []string
 }
 
 // Start starts a control plane for t.
@@ -101,6 +104,7 @@ func Start(t testing.TB, opts Options) *Server {
 		DatabaseURL: opts.DatabaseURL, SecretKey: opts.SecretKey, PreviousSecretKey: opts.PreviousSecretKey, Listen: opts.Listen, LogLevel: "warn",
 		PublicURL: "http://127.0.0.1", InsecureRegistries: opts.Insecure,
 		ApprovalTTL: opts.ApprovalTTL, StallTimeout: opts.StallTimeout, AgentUpgradeTimeout: opts.AgentUpgradeTimeout,
+		WebhookAllowedHosts: opts.WebhookAllowedHosts,
 	}
 	if !opts.PublicMetrics {
 		cfg.MetricsListen = "127.0.0.1:0"
