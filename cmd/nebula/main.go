@@ -85,6 +85,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			contextCommand(),
 			serverCommand(),
 			meshCommand(),
+			webhookCommand(),
 			completionCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
