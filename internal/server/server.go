@@ -30,6 +30,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/httpapi"
 	"github.com/nebulactrl/nebulactrl/internal/image"
 	"github.com/nebulactrl/nebulactrl/internal/jobs"
+	"github.com/nebulactrl/nebulactrl/internal/mcpserver"
 	"github.com/nebulactrl/nebulactrl/internal/pgcluster"
 	"github.com/nebulactrl/nebulactrl/internal/query"
 	"github.com/nebulactrl/nebulactrl/internal/reactions"
@@ -366,6 +367,14 @@ func (c *components) handler(cfg config.Config, opts Options, log *slog.Logger, 
 		mux.Handle("GET /metrics", c.api.MetricsHandler())
 	}
 	mux.Handle("/api/", c.api.Handler())
+	// The MCP server: each tool a call of the API's handler, in process
+	// (package mcpserver), with the same tokens.
+	mcpSrv, err := mcpserver.New(mcpserver.Config{API: c.api, PublicURL: cfg.PublicURL, Version: opts.Version, Logger: log, Now: opts.Now})
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle(mcpserver.Path, mcpSrv.Handler())
+	mux.Handle(mcpserver.MetadataPath, mcpSrv.Handler())
 	mux.HandleFunc("GET "+transport.ConnectPath, c.link.Connect)
 	mux.HandleFunc("POST "+transport.RegisterPath, c.link.Register)
 	mux.HandleFunc("GET "+transport.DownloadPath+"{file}", c.link.Download)
