@@ -255,3 +255,53 @@ func TestRefusedTargets(t *testing.T) {
 	}
 	require.Empty(t, r.received(), "the loopback receiver got nothing")
 }
+
+// A delivery that never gets a 2xx is tried on the whole schedule and then
+// fails; an endpoint whose deliveries failed for 5 days is disabled, and
+// the audit log says why.
+func TestFiveDaysOfFailuresDisableTheEndpoint(t *testing.T) {
+	ctx := context.Background()
+	r := startReceiver(t)
+	clock := &offsetClock{r: r}
+	srv := servertest.Start(t, servertest.Options{Now: clock.Now, WebhookAllowedHosts: []string{r.host}})
+	o := newOrg(t, srv)
+	ep := o.endpoint("http://"+r.host+"/hook", "changeset.opened")
+	r.secrets(ep.Secret)
+	r.plan(500)
+	o.open()
+	r.waitFor(1, 20*time.Second)
+	for i, wait := range []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour} {
+		clock.Advance(wait + wait/10 + time.Second)
+		r.waitFor(i+2, 20*time.Second)
+	}
+	var d []api.WebhookDelivery
+	o.login()
+	require.Eventually(t, func() bool {
+		var err error
+		d, err = o.c.WebhookDeliveries(ctx, "acme", ep.ID, 0)
+		return err == nil && len(d) == 1 && d[0].Status == api.WebhookFailed
+	}, 20*time.Second, 50*time.Millisecond, "the delivery failed after its last retry: %+v", d)
+	require.Equal(t, 8, d[0].Attempts)
+	require.Contains(t, d[0].Reason, "no attempt of 8")
+	clock.Advance(time.Hour)
+	time.Sleep(300 * time.Millisecond)
+	require.Len(t, r.received(), 8, "no attempt after the last")
+	e, err := o.c.WebhookEndpoint(ctx, "acme", ep.ID)
+	require.NoError(t, err)
+	require.True(t, e.Enabled, "28 hours of failures do not disable it")
+
+	// Day 5: the next event's failure disables the endpoint.
+	clock.Advance(4 * 24 * time.Hour)
+	o.login()
+	o.reject()
+	o.open()
+	r.waitFor(9, 20*time.Second)
+	wait.Eventually(t, "the endpoint is disabled after 5 days of failures", func() bool {
+		e, err := o.c.WebhookEndpoint(ctx, "acme", ep.ID)
+		return err == nil && !e.Enabled && strings.Contains(e.DisabledReason, "5 days")
+	})
+	wait.Eventually(t, "the audit log says so", func() bool {
+		page, err := o.c.Audit(ctx, client.AuditQuery{Org: "acme", Action: "webhook.endpoint.disable"})
+		return err == nil && len(page.Items) == 1 && strings.Contains(page.Items[0].Detail, "failed for 5 days")
+	})
+}
