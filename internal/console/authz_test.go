@@ -84,6 +84,20 @@ func TestConsoleAuthorisationMatrix(t *testing.T) {
 		{"GET /o/{org}/mesh", "/o/acme/mesh", nil, domain.ScopeServersRead},
 		// eu-1 has no node in the mesh: nothing to ask, past the scope.
 		{"POST /o/{org}/mesh/clusters/{cluster}/rotate", "/o/acme/mesh/clusters/eu-1/rotate", nil, domain.ScopeServersWrite},
+		// Outbound webhooks (webhooks.go): read with audit:read, changed
+		// with webhooks:write; an endpoint without a URL is refused past the
+		// scope (the API's 400, or the console's own 422 without an event
+		// type), the endpoint and delivery named do not exist.
+		{"GET /o/{org}/webhooks", "/o/acme/webhooks", nil, domain.ScopeAuditRead},
+		{"POST /o/{org}/webhooks", "/o/acme/webhooks", url.Values{"url": {""}, "event": {"*"}}, domain.ScopeWebhooksWrite},
+		{"POST /o/{org}/webhooks", "/o/acme/webhooks", url.Values{"url": {"https://hooks.example.com/x"}}, domain.ScopeWebhooksWrite},
+		{"GET /o/{org}/webhooks/{webhook}", "/o/acme/webhooks/" + missing, nil, domain.ScopeAuditRead},
+		{"POST /o/{org}/webhooks/{webhook}/rotate", "/o/acme/webhooks/" + missing + "/rotate", nil, domain.ScopeWebhooksWrite},
+		{"POST /o/{org}/webhooks/{webhook}/enable", "/o/acme/webhooks/" + missing + "/enable", nil, domain.ScopeWebhooksWrite},
+		{"POST /o/{org}/webhooks/{webhook}/delete", "/o/acme/webhooks/" + missing + "/delete", nil, domain.ScopeWebhooksWrite},
+		{"POST /o/{org}/webhooks/{webhook}/delete", "/o/acme/webhooks/" + missing + "/delete", url.Values{"confirmed": {"yes"}}, domain.ScopeWebhooksWrite},
+		{"GET /o/{org}/webhooks/{webhook}/deliveries/{delivery}", "/o/acme/webhooks/" + missing + "/deliveries/" + missing, nil, domain.ScopeAuditRead},
+		{"POST /o/{org}/webhooks/{webhook}/deliveries/{delivery}/redeliver", "/o/acme/webhooks/" + missing + "/deliveries/" + missing + "/redeliver", nil, domain.ScopeWebhooksWrite},
 		{"GET /o/{org}/p/{project}", "/o/acme/p/shop", nil, domain.ScopeProjectsRead},
 		{"POST /o/{org}/p/{project}/environments", "/o/acme/p/shop/environments", url.Values{"name": {""}}, domain.ScopeProjectsWrite},
 		{"POST /o/{org}/p/{project}/services", "/o/acme/p/shop/services", url.Values{"name": {""}}, domain.ScopeProjectsWrite},

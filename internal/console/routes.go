@@ -73,6 +73,7 @@ func (c *Console) routes() {
 
 	c.actionRoutes(m)
 	c.buildRoutes(m)
+	c.webhookRoutes(m)
 
 	m.HandleFunc("GET /instance", c.authed(c.instancePage))
 	m.HandleFunc("POST /instance/auto-upgrade", c.authed(c.setAutoUpgrade))
