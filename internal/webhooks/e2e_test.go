@@ -14,6 +14,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/wait"
+	"github.com/nebulactrl/nebulactrl/transport"
 )
 
 // org is an organisation with a protected environment: setting a variable
@@ -304,4 +305,54 @@ func TestFiveDaysOfFailuresDisableTheEndpoint(t *testing.T) {
 		page, err := o.c.Audit(ctx, client.AuditQuery{Org: "acme", Action: "webhook.endpoint.disable"})
 		return err == nil && len(page.Items) == 1 && strings.Contains(page.Items[0].Detail, "failed for 5 days")
 	})
+}
+
+// A cluster's first live agent sends cluster.connected; when its lease
+// ends (here: the agent's connection stops and 60 s of the injected clock
+// pass) the leader job sends cluster.disconnected.
+func TestClusterConnectedAndDisconnected(t *testing.T) {
+	ctx := context.Background()
+	r := startReceiver(t)
+	clock := &offsetClock{r: r}
+	srv := servertest.Start(t, servertest.Options{Now: clock.Now, WebhookAllowedHosts: []string{r.host}, JobInterval: 200 * time.Millisecond})
+	c, err := client.New(srv.URL, srv.Setup(t, "root@example.com", "acme"))
+	require.NoError(t, err)
+	ep, err := c.CreateWebhookEndpoint(ctx, "acme", api.CreateWebhookRequest{URL: "http://" + r.host + "/hook", EventTypes: []string{"cluster.connected", "cluster.disconnected"}})
+	require.NoError(t, err)
+	r.secrets(ep.Secret)
+	created, err := c.CreateCluster(ctx, "acme", api.CreateClusterRequest{Name: "eu-1"})
+	require.NoError(t, err)
+	reg, err := transport.Register(ctx, srv.URL, nil, transport.RegisterRequest{JoinToken: created.JoinToken.Token, Name: "node-1"})
+	require.NoError(t, err)
+	agentCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	ag, err := transport.NewClient(transport.ClientConfig{URL: srv.URL, Credential: reg.Credential, AllowPlain: true, Heartbeat: 200 * time.Millisecond,
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 300 * time.Millisecond,
+		Hello: func(context.Context) transport.Hello {
+			return transport.Hello{Protocol: transport.ProtocolVersion, Version: "1.0.0", Arch: "amd64", Applied: map[string]int{}}
+		},
+		Apply: func(_ context.Context, ds transport.DesiredState) transport.Ack {
+			return transport.Ack{EnvironmentID: ds.EnvironmentID, Revision: ds.Revision, Hash: ds.Hash, Services: []transport.ServiceOutcome{}}
+		}})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { _ = ag.Run(agentCtx); close(done) }()
+
+	g := r.waitFor(1, 30*time.Second)
+	b, data := decode(t, g[0])
+	require.Equal(t, "cluster.connected", b.Type)
+	require.Equal(t, created.ID, data["clusterId"])
+	require.EqualValues(t, 1, data["liveAgents"])
+	require.Equal(t, []string{"ok"}, g[0].Verified)
+
+	stop()
+	<-done
+	clock.Advance(61 * time.Second)
+	g = r.waitFor(2, 30*time.Second)
+	b, data = decode(t, g[1])
+	require.Equal(t, "cluster.disconnected", b.Type)
+	require.Equal(t, created.ID, data["clusterId"])
+	require.EqualValues(t, 0, data["liveAgents"])
+	time.Sleep(time.Second)
+	require.Len(t, r.received(), 2, "one transition, one event")
 }
