@@ -2,29 +2,34 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/api"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
-	"github.com/nebulactrl/nebulactrl/internal/webhooks/hookstore"
 )
 
 var whsecRE = regexp.MustCompile(`whsec_[A-Za-z0-9+/=]+`)
 
-// The outbound webhook commands against a real control plane: the secret
-// printed once at create and at rotate and never again (list, show, -o
-// json), deliveries (none yet, then one written by the webhooks' own
-// store, shown with its payload and attempt, and redelivered), delete with
-// confirmation; bad command lines exit 2 and change nothing; a Member's
-// token is refused (exit 4).
+// The outbound webhook commands against a real control plane with its
+// delivery engine and a real receiver on loopback: the secret printed once
+// at create and at rotate and never again (list, show, -o json);
+// deliveries (none, then the engine's: the payload and every attempt),
+// redelivery with the same webhook-id, an endpoint disabled by 410 Gone
+// (shown with why, redelivery refused with exit 5, enabled again), delete
+// with confirmation; bad command lines exit 2 and change nothing; a
+// Member's token is refused (exit 4).
 func TestWebhookCommands(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
@@ -32,7 +37,8 @@ func TestWebhookCommands(t *testing.T) {
 	t.Setenv(envURL, "")
 	t.Setenv(envToken, "")
 	t.Setenv(envContext, "")
-	srv := servertest.Start(t, servertest.Options{})
+	recv := startHookReceiver(t)
+	srv := servertest.Start(t, servertest.Options{WebhookAllowedHosts: []string{strings.TrimPrefix(recv.url, "http://")}})
 	c := cliRun{t: t}
 	c.okIn(password+"\n", "setup", "--url", srv.URL, "--email", "ada@example.com", "--org", "acme", "--password-stdin")
 
@@ -115,43 +121,73 @@ func TestWebhookCommands(t *testing.T) {
 	require.Equal(t, exitNotFound, exitCode(r.failed), r.err)
 	require.Contains(t, r.err, "webhook endpoint acme/"+unknown)
 
-	// A delivery as the webhooks' subscription writes it, with one attempt
-	// as the sender records it (internal/webhooks/hookstore, the tables'
-	// owner, on the control plane's database).
-	pool, err := pgxpool.New(t.Context(), srv.DatabaseURL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	var me api.MeResponse
-	c.json(&me, "whoami")
-	delivery := uuid.NewString()
-	created := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
-	require.NoError(t, hookstore.InsertDelivery(t.Context(), pool, hookstore.NewDelivery{ID: delivery, OrgID: me.Organisations[0].ID, EndpointID: ep,
-		Position: 1, EventType: "deployment.succeeded", Payload: []byte(`{"type":"deployment.succeeded","timestamp":"2026-12-01T12:00:00Z","data":{"service":"api"}}`), At: created}))
-	_, err = hookstore.RecordAttempt(t.Context(), pool, hookstore.Attempt{DeliveryID: delivery, EndpointID: ep, At: created.Add(time.Second),
-		Duration: 42 * time.Millisecond, StatusCode: 200, Response: "ok, thanks\nsecond line", Succeeded: true})
-	require.NoError(t, err)
-	list = c.ok("webhook", "deliveries", "acme", ep)
-	require.Regexp(t, `(?m)^ID\s+EVENT\s+STATUS\s+ATTEMPTS\s+LAST STATUS\s+LAST ATTEMPT\s+NEXT ATTEMPT\s+CREATED$`, list)
-	require.Regexp(t, `(?m)^`+delivery+`\s+deployment.succeeded\s+succeeded\s+1\s+200\s+\d+ s ago\s+-\s+(1 min|\d+ s) ago$`, list)
+	// Deliveries by the engine to a real receiver on loopback (allowed by
+	// NEBULACTRL_WEBHOOK_ALLOWED_HOSTS): /ok answers 200, /gone 410 Gone,
+	// which disables its endpoint. A variable set in a protected
+	// environment opens a change set: changeset.opened.
+	okURL, goneURL := recv.url+"/ok", recv.url+"/gone"
+	var okEP, goneEP api.WebhookEndpointSecret
+	c.json(&okEP, "webhook", "create", "acme", "--url", okURL, "--event", "changeset.opened")
+	c.json(&goneEP, "webhook", "create", "acme", "--url", goneURL, "--event", "changeset.opened,changeset.rejected")
+	c.ok("cluster", "create", "acme/eu-1")
+	c.ok("project", "create", "acme/shop")
+	c.ok("env", "create", "acme/shop/prod", "--cluster", "eu-1", "--protected")
+	c.waits("", "var", "set", "acme/shop/prod", "N=1")
 	var ds []api.WebhookDelivery
-	c.json(&ds, "webhook", "deliveries", "acme", ep)
-	require.Len(t, ds, 1)
+	require.Eventually(t, func() bool {
+		c.json(&ds, "webhook", "deliveries", "acme", okEP.ID)
+		return len(ds) == 1 && ds[0].Status == api.WebhookSucceeded
+	}, 30*time.Second, 100*time.Millisecond, "the receiver took the delivery")
+	delivery := ds[0].ID
 	require.Equal(t, 200, ds[0].LastStatusCode)
-	detail := c.ok("webhook", "deliveries", "acme", ep, delivery)
-	require.Contains(t, detail, "Delivery "+delivery+" (webhook-id) of deployment.succeeded to webhook endpoint "+ep)
+	require.Equal(t, []string{delivery}, recv.ids("/ok"), "the webhook-id is the delivery's id")
+	list = c.ok("webhook", "deliveries", "acme", okEP.ID)
+	require.Regexp(t, `(?m)^ID\s+EVENT\s+STATUS\s+ATTEMPTS\s+LAST STATUS\s+LAST ATTEMPT\s+NEXT ATTEMPT\s+CREATED$`, list)
+	require.Regexp(t, `(?m)^`+delivery+`\s+changeset.opened\s+succeeded\s+1\s+200\s+(just now|\d+ s ago)\s+-\s+(just now|\d+ s ago)$`, list)
+	detail := c.ok("webhook", "deliveries", "acme", okEP.ID, delivery)
+	require.Contains(t, detail, "Delivery "+delivery+" (webhook-id) of changeset.opened to webhook endpoint "+okEP.ID)
 	require.Contains(t, detail, "status        succeeded")
-	require.Contains(t, detail, `"service": "api"`, "the payload, indented")
-	require.Regexp(t, `Attempt 1 at \S+ \(42 ms\)\n  status    200\n  \| ok, thanks\n  \| second line\n`, detail)
+	require.Contains(t, detail, `"type": "changeset.opened"`, "the payload, indented")
+	require.Regexp(t, `Attempt 1 at \S+ \(\d+ ms\)\n  status    200\n  \| ok, thanks\n  \| second line\n`, detail)
 	var dd api.WebhookDeliveryDetail
-	c.json(&dd, "webhook", "deliveries", "acme", ep, delivery)
+	c.json(&dd, "webhook", "deliveries", "acme", okEP.ID, delivery)
 	require.Len(t, dd.AttemptList, 1)
-	require.JSONEq(t, `{"type":"deployment.succeeded","timestamp":"2026-12-01T12:00:00Z","data":{"service":"api"}}`, string(dd.Payload))
-	out = c.ok("webhook", "redeliver", "acme", ep, delivery)
-	require.Contains(t, out, "Redelivering "+delivery+" (deployment.succeeded) to webhook endpoint "+ep+": it is sent again with the same webhook-id.")
-	var redelivered api.WebhookDelivery
-	c.json(&redelivered, "webhook", "redeliver", "acme", ep, delivery)
-	require.Equal(t, delivery, redelivered.ID)
-	// The audit log (a projection: a moment later) has both redeliveries.
+	var payload api.WebhookPayload
+	require.NoError(t, json.Unmarshal(dd.Payload, &payload))
+	require.Equal(t, "changeset.opened", payload.Type)
+	out = c.ok("webhook", "redeliver", "acme", okEP.ID, delivery)
+	require.Contains(t, out, "Redelivering "+delivery+" (changeset.opened) to webhook endpoint "+okEP.ID+": it is sent again with the same webhook-id.")
+	require.Eventually(t, func() bool { return len(recv.ids("/ok")) == 2 }, 30*time.Second, 100*time.Millisecond, "redelivered")
+	require.Equal(t, []string{delivery, delivery}, recv.ids("/ok"), "the same webhook-id again")
+	require.Eventually(t, func() bool {
+		c.json(&dd, "webhook", "deliveries", "acme", okEP.ID, delivery)
+		return len(dd.AttemptList) == 2
+	}, 30*time.Second, 100*time.Millisecond, "the second attempt is recorded")
+	require.True(t, dd.AttemptList[1].Manual)
+	require.Contains(t, c.ok("webhook", "deliveries", "acme", okEP.ID, delivery), ", redelivered by hand)")
+
+	// 410 Gone disabled the other endpoint: shown with why; redelivering
+	// to it is refused (exit 5) until it is enabled again.
+	require.Eventually(t, func() bool {
+		var e api.WebhookEndpoint
+		c.json(&e, "webhook", "show", "acme", goneEP.ID)
+		return !e.Enabled
+	}, 30*time.Second, 100*time.Millisecond, "410 disables the endpoint")
+	c.json(&ds, "webhook", "deliveries", "acme", goneEP.ID)
+	require.Len(t, ds, 1)
+	gone := ds[0].ID
+	require.Regexp(t, `(?m)^`+goneEP.ID+`\s+\S+/gone\s+changeset.opened,changeset.rejected\s+disabled: \S.*$`, c.ok("webhook", "list", "acme"))
+	require.Regexp(t, `state        disabled since \S+: \S`, c.ok("webhook", "show", "acme", goneEP.ID))
+	r = c.run("", "webhook", "redeliver", "acme", goneEP.ID, gone)
+	require.Equal(t, exitConflict, exitCode(r.failed), r.err)
+	require.Contains(t, r.err, "enable it first")
+	require.Len(t, recv.ids("/gone"), 1, "nothing was sent again")
+	require.Contains(t, c.ok("webhook", "enable", "acme", goneEP.ID), "Webhook endpoint "+goneEP.ID+" of acme is enabled.")
+	c.ok("webhook", "redeliver", "acme", goneEP.ID, gone)
+	require.Eventually(t, func() bool { return len(recv.ids("/gone")) == 2 }, 30*time.Second, 100*time.Millisecond, "redelivered after enabling")
+	require.Equal(t, []string{gone, gone}, recv.ids("/gone"))
+
+	// The audit log (a projection: a moment later) has every change.
 	actions := map[string]int{}
 	require.Eventually(t, func() bool {
 		var audit []api.AuditEntry
@@ -160,10 +196,11 @@ func TestWebhookCommands(t *testing.T) {
 		for _, e := range audit {
 			actions[e.Action]++
 		}
-		return actions["webhook.endpoint.redeliver"] == 2
-	}, 20*time.Second, 100*time.Millisecond, "both redeliveries are audited")
-	require.Equal(t, 2, actions["webhook.endpoint.create"], "%v", actions)
+		return actions["webhook.endpoint.redeliver"] == 2 && actions["webhook.endpoint.enable"] == 1
+	}, 20*time.Second, 100*time.Millisecond, "the redeliveries and the enabling are audited")
+	require.Equal(t, 4, actions["webhook.endpoint.create"], "%v", actions)
 	require.Equal(t, 1, actions["webhook.endpoint.rotate"], "%v", actions)
+	require.GreaterOrEqual(t, actions["webhook.endpoint.disable"], 1, "%v", actions)
 
 	// Bad command lines: exit 2, a clear message, nothing created.
 	for _, tc := range []struct {
@@ -195,7 +232,7 @@ func TestWebhookCommands(t *testing.T) {
 		require.Empty(t, r.out, "nebula %s prints nothing on stdout", strings.Join(tc.args, " "))
 	}
 	c.json(&eps, "webhook", "list", "acme")
-	require.Len(t, eps, 2, "no bad command line made an endpoint")
+	require.Len(t, eps, 4, "no bad command line made an endpoint")
 
 	// A Member's token is refused: reading (audit:read) and writing
 	// (webhooks:write) alike.
@@ -225,6 +262,39 @@ func TestWebhookCommands(t *testing.T) {
 	r = c.run("", "webhook", "delete", "acme", ep, "--yes")
 	require.Equal(t, exitNotFound, exitCode(r.failed), r.err)
 	c.json(&eps, "webhook", "list", "acme")
-	require.Len(t, eps, 1)
-	require.Equal(t, made.ID, eps[0].ID)
+	require.Len(t, eps, 3)
+	require.NotContains(t, []string{eps[0].ID, eps[1].ID, eps[2].ID}, ep)
+}
+
+// hookReceiver is an HTTP receiver of webhooks on loopback: /gone answers
+// 410 Gone, anything else 200 with two lines; it keeps the webhook-id of
+// every request by path.
+type hookReceiver struct {
+	url  string
+	mu   sync.Mutex
+	seen map[string][]string
+}
+
+func startHookReceiver(t *testing.T) *hookReceiver {
+	h := &hookReceiver{seen: map[string][]string{}}
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		h.mu.Lock()
+		h.seen[r.URL.Path] = append(h.seen[r.URL.Path], r.Header.Get("webhook-id"))
+		h.mu.Unlock()
+		if r.URL.Path == "/gone" {
+			http.Error(w, "gone", http.StatusGone)
+			return
+		}
+		_, _ = io.WriteString(w, "ok, thanks\nsecond line\n")
+	}))
+	t.Cleanup(s.Close)
+	h.url = s.URL
+	return h
+}
+
+func (h *hookReceiver) ids(path string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.seen[path])
 }
