@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -377,6 +379,22 @@ func TestGoClient(t *testing.T) {
 			}
 			require.Equal(t, scope, tool.Meta[mcpserver.MetaScope], "%s needs its route's scope", name)
 			require.False(t, admin(method, path, scope), "%s maps to %s, an instance administrator's route", name, route)
+		}
+
+		// docs/mcp.md lists every tool with its route and scope.
+		mcpDoc, err := os.ReadFile(filepath.Join("..", "..", "docs", "mcp.md"))
+		require.NoError(t, err)
+		rows := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| `([A-Z]+ [^`]+)` \\| ([^|]+) \\|").FindAllStringSubmatch(string(mcpDoc), -1)
+		require.Len(t, rows, len(all), "docs/mcp.md's table has a row per tool")
+		for _, row := range rows {
+			tool, ok := all[row[1]]
+			require.True(t, ok, "docs/mcp.md lists %s, which is no tool", row[1])
+			require.Equal(t, tool.Meta[mcpserver.MetaRoute], row[2], row[1])
+			scope := "none"
+			if s := tool.Meta[mcpserver.MetaScope].(string); s != "" {
+				scope = "`" + s + "`"
+			}
+			require.Equal(t, scope, strings.TrimSpace(row[3]), row[1])
 		}
 	})
 
