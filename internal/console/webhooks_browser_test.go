@@ -1,32 +1,70 @@
 package console_test
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/api"
+	"github.com/nebulactrl/nebulactrl/client"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
-	"github.com/nebulactrl/nebulactrl/internal/webhooks/hookstore"
 )
 
-// The Webhooks page in headless Chromium against a real control plane: an
-// Owner creates an endpoint whose description is markup (shown as text,
-// never run), sees its secret once and never again, reads a delivery's
-// attempts (a receiver's answer that is markup is shown as text too),
-// redelivers it, rotates the secret (the new one once, the old one signing
+// hookAnswer is what the receiver answers: markup, which the console must
+// show as text.
+const hookAnswer = `<img src=x id=injected onerror=alert(1)>thanks`
+
+// markupReceiver is a webhook receiver on loopback that answers 200 with
+// hookAnswer and keeps the webhook-id of every request.
+type markupReceiver struct {
+	url  string
+	mu   sync.Mutex
+	seen []string
+}
+
+func startMarkupReceiver(t *testing.T) *markupReceiver {
+	h := &markupReceiver{}
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		h.mu.Lock()
+		h.seen = append(h.seen, r.Header.Get("webhook-id"))
+		h.mu.Unlock()
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = io.WriteString(w, hookAnswer)
+	}))
+	t.Cleanup(s.Close)
+	h.url = s.URL
+	return h
+}
+
+func (h *markupReceiver) ids() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.seen)
+}
+
+// The Webhooks page in headless Chromium against a real control plane with
+// its delivery engine and a real receiver on loopback: an Owner creates an
+// endpoint whose description is markup (shown as text, never run), sees its
+// secret once and never again, reads a delivery's attempts (the receiver's
+// answer, markup too, is shown as text), redelivers it (the receiver gets
+// the same webhook-id again), rotates the secret (the new one once, the old one signing
 // 24 h more), and deletes the endpoint after confirming; a form without
 // the CSRF token is refused; a Member is refused the page (the API's 403)
 // and has no link to it. axe-core runs on every page.
 func TestWebhooksPageInChromium(t *testing.T) {
 	chrome := chromiumPath(t)
 	shots := screenshots(t)
-	srv := servertest.Start(t, servertest.Options{})
+	recv := startMarkupReceiver(t)
+	srv := servertest.Start(t, servertest.Options{WebhookAllowedHosts: []string{strings.TrimPrefix(recv.url, "http://")}})
 	root := srv.Setup(t, "ada@example.com", "acme")
 	require.Equal(t, http.StatusCreated, apiCall(t, "POST", srv.URL+"/api/v1/users", root, map[string]any{"email": "mia@example.com", "password": password}, nil))
 	require.Equal(t, http.StatusCreated, apiCall(t, "POST", srv.URL+"/api/v1/orgs/acme/members", root, map[string]any{"email": "mia@example.com", "role": "member"}, nil))
@@ -47,9 +85,9 @@ func TestWebhooksPageInChromium(t *testing.T) {
 	require.Empty(t, endpoints())
 
 	const markup = `<script>alert(1)</script>`
-	b.fill("#wh-url", "https://hooks.example.com/nebula")
+	b.fill("#wh-url", recv.url+"/hook")
 	b.fill("#wh-description", markup)
-	b.do(chromedp.Click(chromedp.CSS(`input[name="event"][value="deployment.succeeded"]`)))
+	b.do(chromedp.Click(chromedp.CSS(`input[name="event"][value="changeset.opened"]`)))
 	b.do(chromedp.Click(chromedp.CSS(`input[name="event"][value="build.failed"]`)))
 	b.submit("#create-webhook", "#new-webhook-secret")
 	secret := b.text("#new-webhook-secret-value")
@@ -59,7 +97,7 @@ func TestWebhooksPageInChromium(t *testing.T) {
 	require.Equal(t, markup, b.text("#webhook-description"), "the description is shown as text")
 	require.False(t, b.has("#webhook-description script"), "the description is no markup")
 	require.Contains(t, html(b), "&lt;script&gt;alert(1)&lt;/script&gt;")
-	require.Equal(t, "build.failed, deployment.succeeded", b.text("#webhook-events"))
+	require.Equal(t, "build.failed, changeset.opened", b.text("#webhook-events"))
 	require.Contains(t, b.text("#webhook-state"), "Enabled")
 	b.visit("webhook-created")
 	eps := endpoints()
@@ -70,7 +108,7 @@ func TestWebhooksPageInChromium(t *testing.T) {
 	// Never again: not on the list, not on the endpoint's page.
 	b.open("/o/acme/webhooks", `tr[data-endpoint="`+ep.ID+`"]`)
 	row := b.text(`tr[data-endpoint="` + ep.ID + `"]`)
-	require.Contains(t, row, "https://hooks.example.com/nebula")
+	require.Contains(t, row, recv.url+"/hook")
 	require.Contains(t, row, markup)
 	require.Contains(t, row, "Enabled")
 	require.False(t, b.has(`tr[data-endpoint] script`))
@@ -78,22 +116,27 @@ func TestWebhooksPageInChromium(t *testing.T) {
 	require.NotContains(t, html(b), "whsec_")
 	b.visit("webhooks")
 
-	// A delivery as the webhooks' subscription writes it, with an attempt
-	// as the sender records it (hookstore, the tables' owner), whose
-	// answer is markup.
-	var me api.MeResponse
-	require.Equal(t, http.StatusOK, apiCall(t, "GET", srv.URL+"/api/v1/me", root, nil, &me))
-	pool, err := pgxpool.New(t.Context(), srv.DatabaseURL)
+	// A delivery by the engine to the receiver, whose answer is markup: a
+	// variable set in a protected environment opens a change set
+	// (changeset.opened).
+	cl, err := client.New(srv.URL, root)
 	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	delivery := uuid.NewString()
-	at := time.Now().Add(-time.Minute).UTC()
-	require.NoError(t, hookstore.InsertDelivery(t.Context(), pool, hookstore.NewDelivery{ID: delivery, OrgID: me.Organisations[0].ID, EndpointID: ep.ID,
-		Position: 1, EventType: "deployment.succeeded", Payload: []byte(`{"type":"deployment.succeeded","timestamp":"2026-12-01T12:00:00Z","data":{"service":"api"}}`), At: at}))
-	const answer = `<img src=x id=injected onerror=alert(1)>thanks`
-	_, err = hookstore.RecordAttempt(t.Context(), pool, hookstore.Attempt{DeliveryID: delivery, EndpointID: ep.ID, At: at.Add(time.Second),
-		Duration: 42 * time.Millisecond, StatusCode: 200, Response: answer, Succeeded: true})
+	_, err = cl.CreateCluster(t.Context(), "acme", api.CreateClusterRequest{Name: "eu-1"})
 	require.NoError(t, err)
+	_, err = cl.CreateProject(t.Context(), "acme", "shop")
+	require.NoError(t, err)
+	_, err = cl.CreateEnvironment(t.Context(), "acme", "shop", api.CreateEnvironmentRequest{Name: "prod", Cluster: "eu-1", Protected: true})
+	require.NoError(t, err)
+	res, err := cl.SetVariables(t.Context(), "acme", "shop", "prod", "", []api.VariableInput{{Name: "N", Value: "1"}})
+	require.NoError(t, err)
+	require.NotNil(t, res.ChangeSet)
+	var ds []api.WebhookDelivery
+	require.Eventually(t, func() bool {
+		ds, err = cl.WebhookDeliveries(t.Context(), "acme", ep.ID, 0)
+		require.NoError(t, err)
+		return len(ds) == 1 && ds[0].Status == api.WebhookSucceeded
+	}, 30*time.Second, 100*time.Millisecond, "the receiver took the delivery")
+	delivery := ds[0].ID
 
 	b.do(chromedp.Click(chromedp.CSS(`tr[data-endpoint="` + ep.ID + `"] a`)))
 	b.waitJS(`document.querySelector('tr[data-delivery="`+delivery+`"]')`, "the endpoint's page with its delivery")
@@ -101,7 +144,7 @@ func TestWebhooksPageInChromium(t *testing.T) {
 	require.False(t, b.has("#new-webhook-secret"), "the endpoint's page shows no secret")
 	require.NotContains(t, html(b), secret)
 	drow := b.text(`tr[data-delivery="` + delivery + `"]`)
-	require.Contains(t, drow, "deployment.succeeded")
+	require.Contains(t, drow, "changeset.opened")
 	require.Contains(t, drow, "succeeded")
 	require.Contains(t, drow, "200")
 	b.visit("webhook-endpoint")
@@ -111,13 +154,15 @@ func TestWebhooksPageInChromium(t *testing.T) {
 	b.watchCSP()
 	attempt := b.text(`tr[data-attempt="1"]`)
 	require.Contains(t, attempt, "200")
-	require.Contains(t, attempt, "42 ms")
-	require.Contains(t, attempt, answer, "the answer is shown as text")
+	require.Regexp(t, `\d+ ms`, attempt)
+	require.Contains(t, attempt, hookAnswer, "the answer is shown as text")
 	require.False(t, b.has("#injected"), "the answer is no markup")
-	require.Contains(t, b.text("#delivery-payload"), `"service": "api"`)
+	require.Contains(t, b.text("#delivery-payload"), `"type": "changeset.opened"`)
 	b.visit("webhook-delivery")
 	b.submit("#redeliver", ".notice")
 	require.Contains(t, b.text(".notice"), "Delivery "+delivery+" is sent again, with the same webhook-id.")
+	require.Eventually(t, func() bool { return len(recv.ids()) == 2 }, 30*time.Second, 100*time.Millisecond, "redelivered")
+	require.Equal(t, []string{delivery, delivery}, recv.ids(), "with the same webhook-id")
 
 	// Rotate: the new secret once, the old one signing beside it.
 	b.open("/o/acme/webhooks/"+ep.ID, "#webhook-rotate")
