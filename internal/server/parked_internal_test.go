@@ -18,7 +18,7 @@ func TestParkedEventsExported(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	c := parkedCollector{pool: pool}
-	require.Equal(t, map[string]float64{"projections": 0, "reactions": 0}, gatherParked(t, c))
+	require.Equal(t, map[string]float64{"projections": 0, "reactions": 0, "webhooks": 0}, gatherParked(t, c))
 	var b bytes.Buffer
 	writeParked(ctx, pool, &b)
 	require.Empty(t, b.String())
@@ -27,7 +27,7 @@ func TestParkedEventsExported(t *testing.T) {
 		VALUES ('projections', 7, '100', 'project-1', 3, 'environment.created', 'failed', 'the read model rejects it', 5, now()),
 		       ('projections', 9, '101', 'project-1', 4, 'environment.created', 'behind', 'event 7 of stream project-1 is parked', 0, now())`)
 	require.NoError(t, err)
-	require.Equal(t, map[string]float64{"projections": 2, "reactions": 0}, gatherParked(t, c))
+	require.Equal(t, map[string]float64{"projections": 2, "reactions": 0, "webhooks": 0}, gatherParked(t, c))
 	writeParked(ctx, pool, &b)
 	require.Contains(t, b.String(), "PARKED 2 events")
 	require.Contains(t, b.String(), "projections position 7 (environment.created on project-1, failed")
