@@ -124,7 +124,7 @@ func (s *Server) build() http.Handler {
 		// revoked token.
 		Stateless:    true,
 		JSONResponse: true,
-		Logger:       s.cfg.Logger,
+		Logger:       quiet(s.cfg.Logger),
 		// The body limit is enforced below (and again by the SDK).
 		MaxRequestBodyBytes: s.cfg.MaxBodyBytes,
 		// The SDK's DNS rebinding guard refuses requests that reach a
@@ -259,7 +259,7 @@ func (s *Server) serverFor(r *http.Request) *mcp.Server {
 		return srv
 	}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "nebulactrl", Title: "nebulactrl control plane", Version: s.cfg.Version},
-		&mcp.ServerOptions{Instructions: instructions, Logger: s.cfg.Logger, Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}})
+		&mcp.ServerOptions{Instructions: instructions, Logger: quiet(s.cfg.Logger), Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}}})
 	for _, t := range tools {
 		t.add(srv, s)
 	}
@@ -275,3 +275,18 @@ what you may do, and the organisation's audit log records each change as your to
 In a protected environment a change (deploy, rollback, variables, scale) does not apply at once: it opens a
 change set that another member must approve (approve_change_set); the tool's result says so and gives its id.
 You cannot approve a change set you opened. Secret values are never returned.`
+
+// quiet passes on the SDK's warnings and errors only: a stateless server
+// connects a session per request, and the SDK logs each at Info (the access
+// log has every request already).
+func quiet(l *slog.Logger) *slog.Logger { return slog.New(warnings{l.Handler()}) }
+
+type warnings struct{ slog.Handler }
+
+func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+
+func (w warnings) WithAttrs(as []slog.Attr) slog.Handler { return warnings{w.Handler.WithAttrs(as)} }
+
+func (w warnings) WithGroup(name string) slog.Handler { return warnings{w.Handler.WithGroup(name)} }

@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -106,4 +107,16 @@ func TestLimiter(t *testing.T) {
 	}
 	ok, _ = l.allow("a")
 	require.False(t, ok)
+}
+
+// The SDK's per-request Info lines are dropped; its warnings are kept.
+func TestQuietLogger(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	l := quiet(slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelDebug}))).With("k", "v").WithGroup("g")
+	l.Info("server session connected")
+	l.Warn("something odd", "x", 1)
+	require.NotContains(t, b.String(), "session connected")
+	require.Contains(t, b.String(), "something odd")
+	require.Contains(t, b.String(), "k=v")
 }
