@@ -241,7 +241,8 @@ func buildComponents(ctx context.Context, cfg config.Config, opts Options, log *
 	if err := c.tel.EnsurePartitions(ctx); err != nil {
 		return nil, err
 	}
-	c.waker = c.store.NewWaker(replica, projections.ProjectedChannel)
+	// The waker also wakes on the webhooks' written deliveries, for their senders.
+	c.waker = c.store.NewWaker(replica, projections.ProjectedChannel, webhooks.DueChannel)
 	if err := c.connectAgents(cfg, opts, log, d, sealer, replica); err != nil {
 		return nil, err
 	}

@@ -30,28 +30,43 @@ func jitter(d time.Duration) time.Duration {
 }
 
 // Send sends the deliveries that are due until ctx ends: whenever wake
-// fires (any event committed), and every Poll.
+// fires (an event committed, deliveries written: DueChannel), whenever a
+// sending slot frees up after a full lease (a backlog is worked through at
+// the receivers' pace, not one lease per poll), and every Poll.
 func (w *Webhooks) Send(ctx context.Context, wake <-chan struct{}) error {
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, senders)
+	freed := make(chan struct{}, 1)
 	for {
+		full := false
 		for {
-			n, err := w.sendDue(ctx, &wg, slots)
+			if len(slots) == senders {
+				// Every slot is busy and more may be due: lease again as
+				// soon as one frees up.
+				full = true
+				break
+			}
+			n, err := w.sendDueThen(ctx, &wg, slots, freed)
 			if err != nil && ctx.Err() == nil {
 				w.cfg.Logger.Error("webhooks: leasing deliveries", "err", err)
 			}
-			if n < senders || err != nil {
+			if err != nil || n == 0 {
 				break
 			}
+		}
+		var more <-chan struct{}
+		if full {
+			more = freed
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		case <-wake:
+		case <-more:
 		}
 	}
 }
@@ -73,6 +88,12 @@ func (w *Webhooks) SendDue(ctx context.Context) (int, error) {
 }
 
 func (w *Webhooks) sendDue(ctx context.Context, wg *sync.WaitGroup, slots chan struct{}) (int, error) {
+	return w.sendDueThen(ctx, wg, slots, nil)
+}
+
+// sendDueThen leases what the free slots can send and sends it, each in a
+// goroutine; freed (when not nil) is signalled as each one ends.
+func (w *Webhooks) sendDueThen(ctx context.Context, wg *sync.WaitGroup, slots, freed chan struct{}) (int, error) {
 	free := senders - len(slots)
 	if free == 0 {
 		return 0, nil
@@ -86,7 +107,15 @@ func (w *Webhooks) sendDue(ctx context.Context, wg *sync.WaitGroup, slots chan s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-slots }()
+			defer func() {
+				<-slots
+				if freed != nil {
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				}
+			}()
 			w.deliver(context.WithoutCancel(ctx), l)
 		}()
 	}

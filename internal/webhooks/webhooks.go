@@ -41,6 +41,10 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/webhooks/hookstore"
 )
 
+// DueChannel is notified when the subscription wrote deliveries: a waker
+// listening on it (eventstore.Store.NewWaker) wakes the senders at once.
+const DueChannel = hookstore.DueChannel
+
 // SubscriptionName is the stable name of the webhooks' subscription.
 const SubscriptionName = "webhooks"
 
@@ -161,6 +165,7 @@ func (w *Webhooks) CatchUp(ctx context.Context) (int, error) {
 }
 
 func (w *Webhooks) handle(ctx context.Context, tx pgx.Tx, events []eventstore.Event) error {
+	wrote := false
 	for _, e := range events {
 		d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
 		if err != nil {
@@ -192,7 +197,11 @@ func (w *Webhooks) handle(ctx context.Context, tx pgx.Tx, events []eventstore.Ev
 				Position: e.Position, EventType: t, Payload: body, At: e.OccurredAt}); err != nil {
 				return err
 			}
+			wrote = true
 		}
+	}
+	if wrote {
+		return hookstore.NotifyDue(ctx, tx)
 	}
 	return nil
 }

@@ -122,6 +122,19 @@ type NewDelivery struct {
 	At time.Time
 }
 
+// DueChannel is notified when deliveries were written: the senders of every
+// replica look for due ones at once rather than at their next poll.
+const DueChannel = "nebula_webhooks_due"
+
+// NotifyDue tells the senders, when q's transaction commits, that
+// deliveries were written.
+func NotifyDue(ctx context.Context, q eventstore.Querier) error {
+	if _, err := q.Exec(ctx, `SELECT pg_notify($1, '')`, DueChannel); err != nil {
+		return fmt.Errorf("webhooks: notifying the senders: %w", err)
+	}
+	return nil
+}
+
 // InsertDelivery writes a delivery; one already there (the same event
 // handled again) stays as it is.
 func InsertDelivery(ctx context.Context, q eventstore.Querier, d NewDelivery) error {
@@ -299,7 +312,9 @@ func RecordAttempt(ctx context.Context, db Beginner, a Attempt) (*time.Time, err
 			return fmt.Errorf("recording an attempt of %s: %w", a.DeliveryID, err)
 		}
 		if a.Succeeded {
-			_, err := tx.Exec(ctx, `UPDATE outbound_webhook_endpoints SET failing_since = NULL WHERE id = $1`, a.EndpointID)
+			// Only when it was failing: every sender's success writing the
+			// endpoint's row would make them wait for each other's commits.
+			_, err := tx.Exec(ctx, `UPDATE outbound_webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`, a.EndpointID)
 			return err
 		}
 		return tx.QueryRow(ctx, `UPDATE outbound_webhook_endpoints SET failing_since = COALESCE(failing_since, $2) WHERE id = $1
