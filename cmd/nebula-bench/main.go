@@ -52,7 +52,7 @@ func main() {
 	flag.IntVar(&f.runs, "runs", 3, "runs of each comparison (medians are reported)")
 	flag.DurationVar(&f.duration, "duration", 3*time.Second, "length of each throughput run")
 	flag.IntVar(&f.events, "events", 1_000_000, "events for the projection rebuild")
-	flag.StringVar(&f.only, "only", "", "run only this benchmark: appends, rebuild, agents, reconcile, commands, compile, varbytes, logins, console, builds or mesh")
+	flag.StringVar(&f.only, "only", "", "run only this benchmark: appends, rebuild, agents, reconcile, commands, compile, varbytes, logins, console, builds, mesh, webhooks or mcp")
 	flag.IntVar(&f.agents, "agents", 2000, "simulated agents (one per cluster)")
 	flag.IntVar(&f.latencyRuns, "latency-runs", 200, "single changes to measure the command-to-agent latency over")
 	childCreds := flag.String("child-agents", "", "internal: run the simulated agents of this credentials file")
@@ -199,6 +199,20 @@ func run(ctx context.Context, f flags) error {
 		}
 		results = append(results, rs...)
 	}
+	if want("webhooks") {
+		rs, err := benchWebhooks(ctx, cluster, f)
+		if err != nil {
+			return err
+		}
+		results = append(results, rs...)
+	}
+	if want("mcp") {
+		r, err := benchMCP(ctx, cluster)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
 	if want("varbytes") {
 		r, err := benchVariableBytes(ctx, cluster)
 		if err != nil {
@@ -268,7 +282,7 @@ func write(path string, results []result, c *pgcluster.Cluster) error {
 	for _, r := range results {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.name, r.measured, r.baseline, r.ratio, r.target, r.verdict)
 	}
-	b.WriteString(notes + buildsNotes)
+	b.WriteString(notes + buildsNotes + outboundNotes)
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
