@@ -30,7 +30,7 @@ more than the token in use). Its secret is printed once.
 
 Scopes: projects:read, projects:write, deployments:write, approvals:write,
 servers:read, servers:write, audit:read, members:write, tokens:write,
-builds:read, builds:write, instance:admin.
+builds:read, builds:write, webhooks:write, instance:admin.
 
 Example:
    nebula token create ci --scope projects:read --scope deployments:write --expires-in-days 90`,
