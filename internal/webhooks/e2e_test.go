@@ -141,6 +141,10 @@ func TestDeliveriesVerifyRetryRotateAndDisable(t *testing.T) {
 	require.Equal(t, cs, data["changeSetId"])
 	require.NotEmpty(t, data["environmentId"])
 	require.NotEmpty(t, data["projectId"])
+	// The names of what the ids name, for receivers that tell people.
+	require.Equal(t, "acme", data["organisation"])
+	require.Equal(t, "shop", data["project"])
+	require.Equal(t, "prod", data["environment"])
 	time.Sleep(300 * time.Millisecond)
 	require.Len(t, r.received(), 3, "nothing more after the success")
 
@@ -342,6 +346,8 @@ func TestClusterConnectedAndDisconnected(t *testing.T) {
 	b, data := decode(t, g[0])
 	require.Equal(t, "cluster.connected", b.Type)
 	require.Equal(t, created.ID, data["clusterId"])
+	require.Equal(t, created.Name, data["cluster"])
+	require.Equal(t, "acme", data["organisation"])
 	require.EqualValues(t, 1, data["liveAgents"])
 	require.Equal(t, []string{"ok"}, g[0].Verified)
 

@@ -16,9 +16,23 @@ import (
 // their id; what they need of the event that began it is kept by this
 // subscription (hookstore subjects), in commit order.
 
+// Names are the names of what a payload's ids name (organisation acme,
+// project shop, environment production, service api, cluster eu-1), as they
+// were made: a receiver can say what happened without asking the API. The
+// subscription keeps them from the events that made each (hookstore
+// subjects of kind "name", never pruned); one it has no record of is absent.
+type Names struct {
+	Organisation string `json:"organisation,omitempty"`
+	Project      string `json:"project,omitempty"`
+	Environment  string `json:"environment,omitempty"`
+	Service      string `json:"service,omitempty"`
+	Cluster      string `json:"cluster,omitempty"`
+}
+
 // DeploymentData is the data of deployment.succeeded, .failed and
 // .superseded.
 type DeploymentData struct {
+	Names
 	OrgID         string `json:"orgId"`
 	DeploymentID  string `json:"deploymentId"`
 	ProjectID     string `json:"projectId,omitempty"`
@@ -35,6 +49,7 @@ type DeploymentData struct {
 
 // BuildData is the data of build.succeeded and build.failed.
 type BuildData struct {
+	Names
 	OrgID      string `json:"orgId"`
 	BuildID    string `json:"buildId"`
 	ProjectID  string `json:"projectId,omitempty"`
@@ -52,6 +67,7 @@ type BuildData struct {
 // ChangeSetData is the data of changeset.opened, .approved, .rejected and
 // .expired.
 type ChangeSetData struct {
+	Names
 	OrgID         string `json:"orgId"`
 	ChangeSetID   string `json:"changeSetId"`
 	ProjectID     string `json:"projectId,omitempty"`
@@ -65,6 +81,7 @@ type ChangeSetData struct {
 
 // ClusterData is the data of cluster.connected and cluster.disconnected.
 type ClusterData struct {
+	Names
 	OrgID      string `json:"orgId"`
 	ClusterID  string `json:"clusterId"`
 	LiveAgents int    `json:"liveAgents"`
@@ -72,6 +89,7 @@ type ClusterData struct {
 
 // AgentData is the data of agent.upgraded and agent.rolled_back.
 type AgentData struct {
+	Names
 	OrgID     string `json:"orgId"`
 	ClusterID string `json:"clusterId"`
 	ServerID  string `json:"serverId"`
@@ -85,7 +103,14 @@ const (
 	subjectDeployment = "deployment"
 	subjectBuild      = "build"
 	subjectChangeSet  = "changeset"
+	// subjectName is an organisation's, project's, environment's,
+	// service's or cluster's name, by its id.
+	subjectName = hookstore.SubjectName
 )
+
+type nameData struct {
+	Name string `json:"name"`
+}
 
 // payload is the body of a delivery (Standard Webhooks).
 type payload struct {
@@ -127,6 +152,18 @@ func (w *Webhooks) translate(ctx context.Context, q eventstore.Querier, e events
 		return "", nil, hookstore.SetEnabled(ctx, q, ev.EndpointID, true, "")
 	case domain.OutHookRedeliveryRequested:
 		return "", nil, hookstore.Redeliver(ctx, q, ev.EndpointID, ev.DeliveryID, ev.At)
+
+	// The names payloads carry.
+	case domain.OrganisationCreated:
+		return "", nil, hookstore.PutSubject(ctx, q, subjectName, ev.OrgID, nameData{ev.Name}, e.OccurredAt)
+	case domain.ProjectCreated:
+		return "", nil, hookstore.PutSubject(ctx, q, subjectName, ev.ProjectID, nameData{ev.Name}, e.OccurredAt)
+	case domain.EnvironmentCreated:
+		return "", nil, hookstore.PutSubject(ctx, q, subjectName, ev.EnvironmentID, nameData{ev.Name}, e.OccurredAt)
+	case domain.ServiceCreated:
+		return "", nil, hookstore.PutSubject(ctx, q, subjectName, ev.ServiceID, nameData{ev.Name}, e.OccurredAt)
+	case domain.ClusterCreated:
+		return "", nil, hookstore.PutSubject(ctx, q, subjectName, ev.ClusterID, nameData{ev.Name}, e.OccurredAt)
 
 	// The clusters whose leases the link job watches.
 	case domain.ServerConnected:
@@ -231,6 +268,40 @@ func (w *Webhooks) changeSet(ctx context.Context, q eventstore.Querier, org, id 
 	data := ChangeSetData{OrgID: org, ChangeSetID: id}
 	_, err := hookstore.Subject(ctx, q, subjectChangeSet, id, &data)
 	data.OrgID, data.ChangeSetID = org, id
+	return data, err
+}
+
+// withNames fills in the names of what data's ids name.
+func withNames(ctx context.Context, q eventstore.Querier, data any) (any, error) {
+	var err error
+	name := func(id string) string {
+		if id == "" || err != nil {
+			return ""
+		}
+		var n nameData
+		_, err = hookstore.Subject(ctx, q, subjectName, id, &n)
+		return n.Name
+	}
+	fill := func(org, project, env, service, cluster string) Names {
+		return Names{Organisation: name(org), Project: name(project), Environment: name(env), Service: name(service), Cluster: name(cluster)}
+	}
+	switch d := data.(type) {
+	case DeploymentData:
+		d.Names = fill(d.OrgID, d.ProjectID, d.EnvironmentID, d.ServiceID, d.ClusterID)
+		data = d
+	case BuildData:
+		d.Names = fill(d.OrgID, d.ProjectID, "", d.ServiceID, d.ClusterID)
+		data = d
+	case ChangeSetData:
+		d.Names = fill(d.OrgID, d.ProjectID, d.EnvironmentID, "", "")
+		data = d
+	case ClusterData:
+		d.Names = fill(d.OrgID, "", "", "", d.ClusterID)
+		data = d
+	case AgentData:
+		d.Names = fill(d.OrgID, "", "", "", d.ClusterID)
+		data = d
+	}
 	return data, err
 }
 

@@ -188,6 +188,9 @@ func (w *Webhooks) handle(ctx context.Context, tx pgx.Tx, events []eventstore.Ev
 		if len(endpoints) == 0 {
 			continue
 		}
+		if data, err = withNames(ctx, tx, data); err != nil {
+			return err
+		}
 		body, err := encode(t, e.OccurredAt, data)
 		if err != nil {
 			return err

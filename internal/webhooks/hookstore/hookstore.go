@@ -122,6 +122,13 @@ type NewDelivery struct {
 	At time.Time
 }
 
+// SubjectName is the kind of the subjects that are names (of
+// organisations, projects, environments, services, clusters, by id): kept
+// as long as the instance, one row per thing named, where the other
+// subjects (what a deployment's, build's or change set's later events need
+// of its first) are pruned with the deliveries.
+const SubjectName = "name"
+
 // DueChannel is notified when deliveries were written: the senders of every
 // replica look for due ones at once rather than at their next poll.
 const DueChannel = "nebula_webhooks_due"
@@ -337,7 +344,7 @@ func Prune(ctx context.Context, q eventstore.Querier, before time.Time) (int64, 
 	if err != nil {
 		return 0, fmt.Errorf("pruning webhook deliveries: %w", err)
 	}
-	if _, err := q.Exec(ctx, `DELETE FROM outbound_webhook_subjects WHERE created_at < $1`, before); err != nil {
+	if _, err := q.Exec(ctx, `DELETE FROM outbound_webhook_subjects WHERE created_at < $1 AND kind <> $2`, before, SubjectName); err != nil {
 		return 0, fmt.Errorf("pruning webhook subjects: %w", err)
 	}
 	return tag.RowsAffected(), nil
