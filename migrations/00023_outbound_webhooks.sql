@@ -16,9 +16,11 @@ CREATE TABLE outbound_webhook_endpoints (
     previous_until timestamptz,
     enabled        boolean NOT NULL DEFAULT true,
     deleted        boolean NOT NULL DEFAULT false,
-    -- failing_since is the first failed attempt after the last success:
-    -- 5 days of failures disable the endpoint.
+    -- failing_since is the first failed attempt after the last success
+    -- or after a day without failures (last_failure_at): 5 days of
+    -- failures disable the endpoint.
     failing_since  timestamptz,
+    last_failure_at timestamptz,
     created_at     timestamptz NOT NULL
 );
 CREATE INDEX outbound_webhook_endpoints_org ON outbound_webhook_endpoints (org_id) WHERE NOT deleted;

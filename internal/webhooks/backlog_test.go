@@ -30,8 +30,20 @@ import (
 type sender struct {
 	hooks    *webhooks.Webhooks
 	store    *eventstore.Store
+	cmd      *dispatch.Handler
+	sealer   *seal.Sealer
 	org, ep  string
+	url      string
+	allowed  []string
 	received atomic.Int64
+}
+
+// rebuild makes the webhooks again with the allowed hosts.
+func (s *sender) rebuild(t *testing.T) {
+	t.Helper()
+	var err error
+	s.hooks, err = webhooks.New(webhooks.Config{Store: s.store, Commands: s.cmd, Secrets: s.sealer, Poll: time.Hour, AllowedHosts: s.allowed})
+	require.NoError(t, err)
 }
 
 func newSender(t *testing.T) *sender {
@@ -46,7 +58,7 @@ func newSender(t *testing.T) *sender {
 	sealer := seal.New(pool, mk, nil)
 	cmd, err := dispatch.New(dispatch.Config{Store: store})
 	require.NoError(t, err)
-	s := &sender{store: store, org: uuid.NewString(), ep: uuid.NewString()}
+	s := &sender{store: store, cmd: cmd, sealer: sealer, org: uuid.NewString(), ep: uuid.NewString()}
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -61,9 +73,9 @@ func newSender(t *testing.T) *sender {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(rcv.Close)
-	s.hooks, err = webhooks.New(webhooks.Config{Store: store, Commands: cmd, Secrets: sealer, Poll: time.Hour,
-		AllowedHosts: []string{strings.TrimPrefix(rcv.URL, "http://")}})
-	require.NoError(t, err)
+	s.url = rcv.URL + "/hook"
+	s.allowed = []string{strings.TrimPrefix(rcv.URL, "http://")}
+	s.rebuild(t)
 	secret, err := sealer.Seal(ctx, s.org, []byte("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"))
 	require.NoError(t, err)
 	_, err = cmd.OutHooks(ctx, dispatch.Context{Actor: domain.System("test")}, s.org, domain.CreateOutHook{OrgID: s.org, EndpointID: s.ep,

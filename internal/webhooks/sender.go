@@ -116,7 +116,11 @@ func (w *Webhooks) sendDueThen(ctx context.Context, wg *sync.WaitGroup, slots, f
 					}
 				}
 			}()
-			w.deliver(context.WithoutCancel(ctx), l)
+			// An attempt in flight ends on its own (it is bounded by the
+			// lease), not when the sender is stopped: its outcome is recorded.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease)
+			defer cancel()
+			w.deliver(dctx, l)
 		}()
 	}
 	return len(leased), nil
@@ -136,8 +140,11 @@ func (w *Webhooks) deliver(ctx context.Context, l hookstore.Leased) {
 	start := w.cfg.Now().UTC()
 	o := w.attempt(ctx, l, start)
 	end := w.cfg.Now().UTC()
+	// What a receiver sent, or a TLS error quoting its certificate's names,
+	// is stored as clean text: an attempt that cannot be recorded (a NUL
+	// byte) would be leased and sent again for ever, first in the queue.
 	a := hookstore.Attempt{DeliveryID: l.ID, EndpointID: l.EndpointID, At: start, Duration: end.Sub(start), StatusCode: o.status,
-		Error: o.err, Response: o.response, Manual: l.Manual}
+		Error: clean([]byte(o.err)), Response: o.response, Manual: l.Manual, By: w.cfg.Replica}
 	var disable string
 	switch {
 	case o.status >= 200 && o.status < 300:
@@ -155,6 +162,10 @@ func (w *Webhooks) deliver(ctx context.Context, l hookstore.Leased) {
 		a.Reason = fmt.Sprintf("no attempt of %d was answered with 2xx", l.Retry+1)
 	}
 	since, err := hookstore.RecordAttempt(ctx, w.pool, a)
+	if errors.Is(err, hookstore.ErrLeaseLost) {
+		w.cfg.Logger.Info("webhooks: an attempt's delivery changed meanwhile (failed, redelivered or leased again); not recorded", "delivery", l.ID)
+		return
+	}
 	if err != nil {
 		// The lease expires and another attempt follows: at least once.
 		w.cfg.Logger.Error("webhooks: recording an attempt", "delivery", l.ID, "err", err)

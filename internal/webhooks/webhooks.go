@@ -129,7 +129,11 @@ func New(cfg Config) (*Webhooks, error) {
 	if cfg.Replica == "" {
 		cfg.Replica = "webhooks"
 	}
-	g := netguard.New(netguard.NewHostList(cfg.AllowedHosts), cfg.DenyPrivate, http.ProxyFromEnvironment)
+	// No proxy from the environment: through a proxy the address checked
+	// here is not the one connected to (the proxy resolves the name again),
+	// so a receiver could be a name that resolves to the proxy's own
+	// loopback or the metadata service there.
+	g := netguard.New(netguard.NewHostList(cfg.AllowedHosts), cfg.DenyPrivate, nil)
 	tr := &http.Transport{DialContext: g.DialContext, Proxy: g.Proxy, ForceAttemptHTTP2: true, MaxIdleConns: 64,
 		IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second, ResponseHeaderTimeout: Timeout}
 	client := &http.Client{Transport: tr, Timeout: Timeout,

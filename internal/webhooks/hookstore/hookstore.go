@@ -93,8 +93,8 @@ func DeleteEndpoint(ctx context.Context, q eventstore.Querier, id string) error 
 }
 
 func failPending(ctx context.Context, q eventstore.Querier, id, reason string) error {
-	_, err := q.Exec(ctx, `UPDATE outbound_webhook_deliveries SET status = 'failed', reason = $2, next_attempt_at = NULL, lease_until = NULL
-		WHERE endpoint_id = $1 AND status = 'pending'`, id, reason)
+	_, err := q.Exec(ctx, `UPDATE outbound_webhook_deliveries SET status = 'failed', reason = $2, next_attempt_at = NULL, lease_until = NULL,
+		leased_by = NULL WHERE endpoint_id = $1 AND status = 'pending'`, id, reason)
 	if err != nil {
 		return fmt.Errorf("failing the pending deliveries of webhook endpoint %s: %w", id, err)
 	}
@@ -158,7 +158,7 @@ func InsertDelivery(ctx context.Context, q eventstore.Querier, d NewDelivery) er
 // endpoint that is disabled or deleted is not sent to.
 func Redeliver(ctx context.Context, q eventstore.Querier, endpointID, deliveryID string, at time.Time) error {
 	_, err := q.Exec(ctx, `UPDATE outbound_webhook_deliveries SET status = 'pending', reason = '', retry = 0, manual = true,
-		next_attempt_at = $3, lease_until = NULL WHERE id = $2 AND endpoint_id = $1`, endpointID, deliveryID, at)
+		next_attempt_at = $3, lease_until = NULL, leased_by = NULL WHERE id = $2 AND endpoint_id = $1`, endpointID, deliveryID, at)
 	if err != nil {
 		return fmt.Errorf("redelivering %s: %w", deliveryID, err)
 	}
@@ -295,9 +295,23 @@ type Attempt struct {
 	Next      time.Time
 	Reason    string
 	// EndpointID's failing_since is cleared on success, set on the first
-	// failure after one.
+	// failure after one (or after a day without failures).
 	EndpointID string
+	// By is the sender that leased the delivery: an attempt is recorded
+	// only while the delivery is still pending and leased by it.
+	By string
 }
+
+// ErrLeaseLost means the delivery is no longer the sender's to record: it
+// was failed (its endpoint deleted or disabled), redelivered by hand, or
+// leased by another sender after this one's lease ran out, meanwhile.
+var ErrLeaseLost = errors.New("the delivery is no longer leased by this sender")
+
+// failingGap is how long without a failed attempt ends an endpoint's run
+// of failures: longer than the longest wait between retries (10 h), so a
+// delivery retried on schedule keeps its endpoint failing, while one
+// failure after days of quiet starts a new run.
+const failingGap = 24 * time.Hour
 
 // RecordAttempt writes an attempt and its delivery's new state, and
 // returns since when the endpoint has been failing (nil after a success).
@@ -311,7 +325,11 @@ func RecordAttempt(ctx context.Context, db Beginner, a Attempt) (*time.Time, err
 			reason = CASE WHEN $4 THEN '' ELSE $6 END,
 			retry = CASE WHEN $4 THEN retry ELSE retry + 1 END,
 			next_attempt_at = CASE WHEN $4 THEN NULL ELSE $5::timestamptz END
-			WHERE id = $1 RETURNING attempts`, a.DeliveryID, a.At, a.StatusCode, a.Succeeded, nullTime(a.Next), a.Reason).Scan(&n); err != nil {
+			WHERE id = $1 AND status = 'pending' AND leased_by = $7 AND lease_until IS NOT NULL
+			RETURNING attempts`, a.DeliveryID, a.At, a.StatusCode, a.Succeeded, nullTime(a.Next), a.Reason, a.By).Scan(&n); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrLeaseLost
+			}
 			return fmt.Errorf("recording an attempt of %s: %w", a.DeliveryID, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO outbound_webhook_attempts (delivery_id, n, at, duration_ms, status_code, error, response, manual)
@@ -324,8 +342,11 @@ func RecordAttempt(ctx context.Context, db Beginner, a Attempt) (*time.Time, err
 			_, err := tx.Exec(ctx, `UPDATE outbound_webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`, a.EndpointID)
 			return err
 		}
-		return tx.QueryRow(ctx, `UPDATE outbound_webhook_endpoints SET failing_since = COALESCE(failing_since, $2) WHERE id = $1
-			RETURNING failing_since`, a.EndpointID, a.At).Scan(&since)
+		return tx.QueryRow(ctx, `UPDATE outbound_webhook_endpoints SET
+			failing_since = CASE WHEN failing_since IS NULL OR last_failure_at IS NULL OR last_failure_at < $2::timestamptz - $3::interval
+				THEN $2 ELSE failing_since END,
+			last_failure_at = $2
+			WHERE id = $1 RETURNING failing_since`, a.EndpointID, a.At, failingGap).Scan(&since)
 	})
 	return since, err
 }
