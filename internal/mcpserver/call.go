@@ -81,7 +81,9 @@ func result(t boundTool, path string, status int, body []byte) *mcp.CallToolResu
 	if len(bytes.TrimSpace(body)) > 0 && json.Valid(body) {
 		payload = json.RawMessage(body)
 	}
-	if status >= 400 {
+	// Anything but a success is the tool's failure: a redirect (which no
+	// route of the API answers by design) did not do what was asked.
+	if status >= 300 {
 		var e api.Error
 		_ = json.Unmarshal(body, &e)
 		code, msg := e.Error.Code, e.Error.Message
@@ -151,9 +153,15 @@ func requestOf(template string, in any) (string, url.Values, map[string]any, err
 		}
 		if p, ok := sf.Tag.Lookup("path"); ok {
 			s := fv.String()
+			name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
 			if s == "" {
-				name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
 				problem = fmt.Errorf("%s must not be empty", name)
+				return
+			}
+			// "." and ".." survive escaping as one segment and would name
+			// another route (the API's mux redirects to the cleaned path).
+			if s == "." || s == ".." {
+				problem = fmt.Errorf("%s must be a name, not %q", name, s)
 				return
 			}
 			path = strings.Replace(path, "{"+p+"}", url.PathEscape(s), 1)

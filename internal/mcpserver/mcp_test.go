@@ -411,6 +411,11 @@ func TestGoClient(t *testing.T) {
 			{target(map[string]any{"service": "api\x00"}), `422 validation_failed: path parameter service: contains U+0000 (NUL)`},
 			{target(map[string]any{"image": strings.Repeat("x", 300_000)}), `422 validation_failed: field image: is 300000 bytes long`},
 			{target(map[string]any{"service": "../../../instance/backups"}), `404 not_found: service acme/shop/../../../instance/backups not found`},
+			// "." and ".." stay themselves when escaped: the path would name
+			// another route, which the API's mux answers with a redirect
+			// (reported as a success before).
+			{target(map[string]any{"service": ".."}), `service must be a name, not ".."`},
+			{target(map[string]any{"environment": "."}), `environment must be a name, not "."`},
 		} {
 			res := call(t, assistant, "deploy", c.args)
 			require.True(t, res.IsError, "deploy %v: %s", c.args, text(res))

@@ -120,3 +120,23 @@ func TestQuietLogger(t *testing.T) {
 	require.Contains(t, b.String(), "something odd")
 	require.Contains(t, b.String(), "k=v")
 }
+
+// Only a success is a tool's success: a redirect did not do what was asked
+// (the API answers none by design; its mux answers one for a path that
+// names another route).
+func TestOnlyASuccessIsAToolsSuccess(t *testing.T) {
+	t.Parallel()
+	bt := boundTool{}
+	bt.method = "DELETE"
+	for _, status := range []int{301, 307, 308, 400, 403, 409, 500} {
+		res := result(bt, "/api/v1/orgs/acme", status, []byte(`<a href="/api/v1/orgs/acme">Temporary Redirect</a>`))
+		if !res.IsError {
+			t.Errorf("%d is a tool success", status)
+		}
+	}
+	for _, status := range []int{200, 201, 202, 204} {
+		if res := result(bt, "/api/v1/orgs/acme", status, []byte(`{}`)); res.IsError {
+			t.Errorf("%d is a tool error", status)
+		}
+	}
+}
