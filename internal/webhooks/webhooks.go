@@ -170,6 +170,12 @@ func (w *Webhooks) CatchUp(ctx context.Context) (int, error) {
 
 func (w *Webhooks) handle(ctx context.Context, tx pgx.Tx, events []eventstore.Event) error {
 	wrote := false
+	// The organisations with an enabled endpoint, read once a batch: the
+	// events of the others are only kept (subjects), never looked up.
+	hooked, err := hookstore.OrgsWithEndpoints(ctx, tx)
+	if err != nil {
+		return err
+	}
 	for _, e := range events {
 		d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
 		if err != nil {
@@ -182,7 +188,11 @@ func (w *Webhooks) handle(ctx context.Context, tx pgx.Tx, events []eventstore.Ev
 		if err != nil {
 			return err
 		}
-		if t == "" || e.OrgID == "" {
+		switch d.(type) {
+		case domain.OutHookCreated, domain.OutHookEnabled:
+			hooked[e.OrgID] = true
+		}
+		if t == "" || e.OrgID == "" || !hooked[e.OrgID] {
 			continue
 		}
 		endpoints, err := hookstore.Subscribers(ctx, tx, e.OrgID, t)

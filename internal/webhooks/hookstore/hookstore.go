@@ -101,6 +101,24 @@ func failPending(ctx context.Context, q eventstore.Querier, id, reason string) e
 	return nil
 }
 
+// OrgsWithEndpoints are the organisations with at least one enabled
+// endpoint.
+func OrgsWithEndpoints(ctx context.Context, q eventstore.Querier) (map[string]bool, error) {
+	rows, err := q.Query(ctx, `SELECT DISTINCT org_id::text FROM outbound_webhook_endpoints WHERE enabled AND NOT deleted`)
+	if err != nil {
+		return nil, fmt.Errorf("organisations with webhook endpoints: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("organisations with webhook endpoints: %w", err)
+	}
+	out := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, nil
+}
+
 // Subscribers are the enabled endpoints of an organisation that receive
 // events of type t.
 func Subscribers(ctx context.Context, q eventstore.Querier, orgID, t string) ([]string, error) {
