@@ -2,25 +2,19 @@ package httpapi_test
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/api"
-	"github.com/nebulactrl/nebulactrl/internal/testenv/lockedbuf"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/serveproc"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/servertest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/testclock"
 	"github.com/nebulactrl/nebulactrl/transport"
@@ -48,12 +42,12 @@ func TestAKilledReplicasAgentsAreGoneEverywhere(t *testing.T) {
 	var cl api.ClusterResponse
 	r.json(t, &cl)
 
-	doomed := startServeProcess(t, live)
+	doomed := serveproc.Start(t, serveproc.Binary(t), live.DatabaseURL, live.SecretKey)
 	agents := map[string]*fakeUpgradeAgent{}
 	for _, name := range []string{"one", "two"} {
-		reg, err := transport.Register(context.Background(), doomed.url, nil, transport.RegisterRequest{JoinToken: cl.JoinToken.Token, Name: name})
+		reg, err := transport.Register(context.Background(), doomed.URL, nil, transport.RegisterRequest{JoinToken: cl.JoinToken.Token, Name: name})
 		require.NoError(t, err)
-		a := &fakeUpgradeAgent{t: t, url: doomed.url, cred: reg.Credential, name: name, behaviour: upgradeHangs, version: "1.4.0", arch: "amd64", upgradable: yes()}
+		a := &fakeUpgradeAgent{t: t, url: doomed.URL, cred: reg.Credential, name: name, behaviour: upgradeHangs, version: "1.4.0", arch: "amd64", upgradable: yes()}
 		a.start()
 		t.Cleanup(a.stop)
 		agents[name] = a
@@ -112,7 +106,7 @@ func TestAKilledReplicasAgentsAreGoneEverywhere(t *testing.T) {
 
 	// SIGKILL: no disconnect, no clean shutdown. The agents keep trying the
 	// dead replica's address.
-	doomed.kill(t)
+	doomed.Kill(t)
 	require.True(t, servers()["one"].Connected, "live until 60 s passed without a heartbeat")
 
 	clock.Advance(61 * time.Second)
@@ -163,86 +157,6 @@ func TestAKilledReplicasAgentsAreGoneEverywhere(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
 	require.Eventually(t, func() bool { return len(one.upgrades()) == 1 }, 10*time.Second, 50*time.Millisecond, "the agent gets its agent_upgrade")
 	requireCode(t, c.do("POST", "/api/v1/servers/"+ids["two"]+"/upgrade", root, map[string]any{}), http.StatusConflict, "server_offline")
-}
-
-// serveProcess is `nebula serve`, built from this tree, run as a process of
-// its own on the database of another replica.
-type serveProcess struct {
-	url  string
-	cmd  *exec.Cmd
-	out  *lockedbuf.Buffer
-	done chan error
-}
-
-func startServeProcess(t *testing.T, other *servertest.Server) *serveProcess {
-	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "nebula")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/nebulactrl/nebulactrl/cmd/nebula").CombinedOutput()
-	require.NoError(t, err, "go build nebula: %s", out)
-	addr := loopbackAddr(t)
-	cmd := exec.Command(bin, "--env-file", filepath.Join(dir, "server.env"), "serve")
-	cmd.Dir = dir
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir,
-		"NEBULACTRL_DATABASE_URL=" + other.DatabaseURL, "NEBULACTRL_SECRET_KEY=" + other.SecretKey,
-		"NEBULACTRL_LISTEN=" + addr, "NEBULACTRL_METRICS_LISTEN=" + loopbackAddr(t), "NEBULACTRL_PUBLIC_URL=http://" + addr,
-		"NEBULACTRL_DATA_DIR=" + filepath.Join(dir, "data"), "NEBULACTRL_LOG_LEVEL=warn"}
-	p := &serveProcess{url: "http://" + addr, cmd: cmd, out: &lockedbuf.Buffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	require.NoError(t, cmd.Start())
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-	})
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		resp, err := http.Get(p.url + "/api/v1/openapi.json")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		select {
-		case err := <-p.done:
-			p.done <- err
-			t.Fatalf("nebula serve exited (%v):\n%s", err, p.out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nebula serve did not answer within 90 s:\n%s", p.out.String())
-		}
-	}
-}
-
-// kill kills the process with SIGKILL and waits for it to be gone.
-func (p *serveProcess) kill(t *testing.T) {
-	t.Helper()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
-	select {
-	case err := <-p.done:
-		p.done <- err
-	case <-time.After(30 * time.Second):
-		t.Fatal("nebula serve did not die of SIGKILL within 30 s")
-	}
-}
-
-// loopbackAddr is a free loopback address below the ephemeral range (see
-// docs/quickstart_test.go's freeAddr).
-func loopbackAddr(t *testing.T) string {
-	t.Helper()
-	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return addr
-	}
-	t.Fatal("no free loopback port between 20000 and 32000")
-	return ""
 }
 
 // consoleClient is a browser without JavaScript signed in to the console.
