@@ -127,7 +127,7 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: mustRead(certFile)}), 0o600); err != nil {
 		return nil, err
 	}
-	before := memNow()
+	before, rssBefore := memNow(), rss()
 	child := exec.CommandContext(ctx, os.Args[0], "-child-agents", credFile, "-child-url", url, "-child-ca", certFile)
 	child.Stderr = os.Stderr
 	out, err := child.StdoutPipe()
@@ -145,8 +145,9 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 		return nil, fmt.Errorf("not every agent received its first revision")
 	}
 	time.Sleep(2 * time.Second) // let connections settle into idle
-	after := memNow()
+	after, rssAfter := memNow(), rss()
 	perConn := float64(after-before) / float64(n)
+	rssPerConn := (float64(rssAfter) - float64(rssBefore)) / float64(n)
 
 	cmd, err := dispatch.New(dispatch.Config{Store: eventstore.New(pool, nil)})
 	if err != nil {
@@ -212,11 +213,15 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
 	return []result{
 		{name: fmt.Sprintf("server memory per idle agent connection (%d agents over TLS, heap and stacks after GC)", n),
-			measured: fmt.Sprintf("%.1f KiB", perConn/1024), baseline: "–", ratio: "–", target: "≤ 64 KiB",
-			verdict: verdict(perConn <= 64*1024, fmt.Sprintf("%.1f KiB over", perConn/1024-64))},
-		{name: fmt.Sprintf("burst: one new revision for each of %d clusters, until every agent holds its own", n),
-			measured: fmt.Sprintf("%s after the last revision was recorded (%s from the first command; issuing the %d commands took %s)", afterRecorded.Round(time.Millisecond), burstTotal.Round(time.Millisecond), n, issued.Round(time.Millisecond)),
-			baseline: "–", ratio: "–", target: "≤ 1 s", verdict: verdict(afterRecorded <= time.Second, fmt.Sprintf("%s over", (afterRecorded-time.Second).Round(time.Millisecond)))},
+			measured: fmt.Sprintf("%.1f KiB (the process's RSS grew %.1f KiB per connection; %.0f MiB in all)", perConn/1024, rssPerConn/1024, float64(rssAfter)/(1<<20)),
+			baseline: "–", ratio: "–", target: "≤ 32 KiB",
+			verdict: verdict(perConn <= 32*1024, fmt.Sprintf("%.1f KiB over", perConn/1024-32))},
+		// What the operator waits for: from the first of the commands to the
+		// last agent holding its revision.
+		{name: fmt.Sprintf("burst: one change for each of %d environments (%d clusters), first command → every agent holds its revision", n, n),
+			measured: fmt.Sprintf("%s (issuing the %d commands, 16 at a time, took %s; the last revision was recorded %s after the first command, the last agent held it %s later)",
+				burstTotal.Round(time.Millisecond), n, issued.Round(time.Millisecond), (burstTotal - afterRecorded).Round(time.Millisecond), afterRecorded.Round(time.Millisecond)),
+			baseline: "–", ratio: "–", target: "≤ 5 s", verdict: verdict(burstTotal <= 5*time.Second, fmt.Sprintf("%s over", (burstTotal-5*time.Second).Round(time.Millisecond)))},
 		{name: "command accepted → agent holds the new revision (loopback)",
 			measured: fmt.Sprintf("p50 %s, p99 %s (%d changes)", p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), len(lat)),
 			baseline: "–", ratio: "–", target: "p99 ≤ 100 ms", verdict: verdict(p99 <= 100*time.Millisecond, fmt.Sprintf("p99 %s over", (p99-100*time.Millisecond).Round(time.Millisecond)))},

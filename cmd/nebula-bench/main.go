@@ -61,6 +61,7 @@ func main() {
 	flag.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of this process")
 	flag.IntVar(&f.statements, "statements", 0, "log the N statements that took PostgreSQL's time (pg_stat_statements) after each benchmark: the profile of the database's side")
 	flag.Parse()
+	raiseFileLimit()
 	if *childCreds != "" {
 		if err := childAgents(*childCreds, *childURL, *childCA); err != nil {
 			log.Fatal(err)
@@ -305,7 +306,12 @@ const notes = `
 - **agents**: simulated agents, one per cluster, as protocol clients over TLS in a child
   process, against one control plane (nebula serve, in the benchmark's process, on the same
   PostgreSQL). Memory is the control plane's heap and stacks after GC, before and after the
-  agents connected, divided by their number.
+  agents connected, divided by their number; the process's RSS (VmRSS) is read at the same two
+  moments and reported beside it (it includes what the Go runtime keeps from the OS and the
+  PostgreSQL pool's buffers). The benchmark raises its open-file limit to the hard limit (and
+  logs it). The burst is one variable set in each agent's environment (16 commands at a time),
+  timed from the first command to the last agent holding its new revision; the commands' own
+  issue time and when the last revision was recorded are reported beside it.
 - **apply 200 services**: the agent's reconciler against the real API server of the tests
   (built by go tool task k8s): cold creates the namespace, 200 Secrets, Deployments and
   Services; warm applies the same document again, which reads and writes nothing but the
