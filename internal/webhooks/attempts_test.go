@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nebulactrl/nebulactrl/domain"
+	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/wait"
 	"github.com/nebulactrl/nebulactrl/internal/webhooks/hookstore"
@@ -160,4 +161,35 @@ func (s *sender) dueFor(t *testing.T, ep string) string {
 	require.NoError(t, hookstore.InsertDelivery(context.Background(), s.store.Pool(), hookstore.NewDelivery{ID: id, OrgID: s.org, EndpointID: ep,
 		Position: time.Now().UnixNano(), EventType: "changeset.opened", Payload: []byte(`{"type":"changeset.opened"}`), At: time.Now().Add(-time.Second)}))
 	return id
+}
+
+// The events of an organisation without an endpoint cost the webhooks'
+// subscription no write: what a deployment's first event tells its last is
+// kept only where an endpoint will be told.
+func TestOrganisationsWithoutEndpointsCostNoWrites(t *testing.T) {
+	t.Parallel()
+	s := newSender(t)
+	ctx := context.Background()
+	request := func(org string) string {
+		id := uuid.NewString()
+		typ, version, payload, err := domain.Encode(domain.DeploymentRequested{DeploymentID: id, ReleaseID: uuid.NewString(),
+			EnvironmentID: uuid.NewString(), ServiceID: uuid.NewString(), Image: "registry.example.com/api@sha256:" + strings.Repeat("ab", 32)})
+		require.NoError(t, err)
+		_, err = s.store.Append(ctx, eventstore.AppendRequest{StreamID: domain.ProjectStream(uuid.NewString()), OrgID: org,
+			Actor: domain.System("test"), OccurredAt: time.Now(), Records: []eventstore.Record{{Type: typ, SchemaVersion: version, Payload: payload}}})
+		require.NoError(t, err)
+		return id
+	}
+	quiet, hooked := request(uuid.NewString()), request(s.org)
+	kept := func(id string) bool {
+		var n int
+		require.NoError(t, s.store.Pool().QueryRow(ctx, `SELECT count(*) FROM outbound_webhook_subjects WHERE id = $1`, id).Scan(&n))
+		return n == 1
+	}
+	wait.Within(t, 10*time.Second, "the subscription handles both", func() bool {
+		_, err := s.hooks.CatchUp(ctx)
+		require.NoError(t, err)
+		return kept(hooked)
+	})
+	require.False(t, kept(quiet), "nothing kept for an organisation without an endpoint")
 }

@@ -135,8 +135,19 @@ func project(stream string) string {
 
 // translate keeps what the event tells later events, applies endpoint
 // changes, and returns the webhook event the event is (type "" for none).
-func (w *Webhooks) translate(ctx context.Context, q eventstore.Querier, e eventstore.Event, d domain.Event) (string, any, error) {
+//
+// What a deployment's, build's or change set's first event tells its later
+// ones is kept only for organisations with an endpoint (hooked): the others'
+// events cost no write. A deployment begun before its organisation's first
+// endpoint reports, when it ends, what its last event says (ids, names).
+func (w *Webhooks) translate(ctx context.Context, q eventstore.Querier, e eventstore.Event, d domain.Event, hooked bool) (string, any, error) {
 	org := e.OrgID
+	keep := func(kind, id string, data any) error {
+		if !hooked {
+			return nil
+		}
+		return hookstore.PutSubject(ctx, q, kind, id, data, e.OccurredAt)
+	}
 	switch ev := d.(type) {
 	// The endpoints, as this subscription sees them in commit order.
 	case domain.OutHookCreated:
@@ -182,11 +193,11 @@ func (w *Webhooks) translate(ctx context.Context, q eventstore.Querier, e events
 
 	// Deployments.
 	case domain.DeploymentRequested:
-		return "", nil, hookstore.PutSubject(ctx, q, subjectDeployment, ev.DeploymentID, DeploymentData{OrgID: org, DeploymentID: ev.DeploymentID,
+		return "", nil, keep(subjectDeployment, ev.DeploymentID, DeploymentData{OrgID: org, DeploymentID: ev.DeploymentID,
 			ProjectID: project(e.StreamID), EnvironmentID: ev.EnvironmentID, ServiceID: ev.ServiceID, ReleaseID: ev.ReleaseID,
-			Image: ev.Image, Rollback: ev.Rollback}, e.OccurredAt)
+			Image: ev.Image, Rollback: ev.Rollback})
 	case domain.DeploymentDelivering:
-		return "", nil, hookstore.PutSubject(ctx, q, subjectDeployment, ev.DeploymentID, map[string]any{"clusterId": ev.ClusterID}, e.OccurredAt)
+		return "", nil, keep(subjectDeployment, ev.DeploymentID, map[string]any{"clusterId": ev.ClusterID})
 	case domain.DeploymentSucceeded:
 		data, err := w.deployment(ctx, q, org, ev.DeploymentID)
 		return "deployment.succeeded", data, err
@@ -201,10 +212,10 @@ func (w *Webhooks) translate(ctx context.Context, q eventstore.Querier, e events
 
 	// Builds.
 	case domain.BuildQueuedEvent:
-		return "", nil, hookstore.PutSubject(ctx, q, subjectBuild, ev.BuildID, BuildData{OrgID: org, BuildID: ev.BuildID, ProjectID: ev.ProjectID,
-			ServiceID: ev.ServiceID, ClusterID: ev.ClusterID, Repository: ev.Repository, Branch: ev.Branch, Commit: ev.Commit}, e.OccurredAt)
+		return "", nil, keep(subjectBuild, ev.BuildID, BuildData{OrgID: org, BuildID: ev.BuildID, ProjectID: ev.ProjectID,
+			ServiceID: ev.ServiceID, ClusterID: ev.ClusterID, Repository: ev.Repository, Branch: ev.Branch, Commit: ev.Commit})
 	case domain.BuildCommitResolved:
-		return "", nil, hookstore.PutSubject(ctx, q, subjectBuild, ev.BuildID, map[string]any{"commit": ev.Commit}, e.OccurredAt)
+		return "", nil, keep(subjectBuild, ev.BuildID, map[string]any{"commit": ev.Commit})
 	case domain.BuildSucceededEvent:
 		data, err := w.build(ctx, q, org, ev.BuildID)
 		data.Image, data.Digest = ev.Image, ev.Digest
@@ -225,7 +236,7 @@ func (w *Webhooks) translate(ctx context.Context, q eventstore.Querier, e events
 	case domain.ChangeSetOpened:
 		data := ChangeSetData{OrgID: org, ChangeSetID: ev.ChangeSetID, ProjectID: project(e.StreamID), EnvironmentID: ev.EnvironmentID,
 			Description: ev.Description, OpenedBy: ev.OpenedBy}
-		return "changeset.opened", data, hookstore.PutSubject(ctx, q, subjectChangeSet, ev.ChangeSetID, data, e.OccurredAt)
+		return "changeset.opened", data, keep(subjectChangeSet, ev.ChangeSetID, data)
 	case domain.ChangeSetApproved:
 		data, err := w.changeSet(ctx, q, org, ev.ChangeSetID)
 		data.ApprovedBy = ev.ApprovedBy

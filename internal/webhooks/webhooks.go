@@ -184,13 +184,13 @@ func (w *Webhooks) handle(ctx context.Context, tx pgx.Tx, events []eventstore.Ev
 			w.cfg.Logger.Error("webhooks: skipping an undecodable event", "position", e.Position, "type", e.Type, "err", err)
 			continue
 		}
-		t, data, err := w.translate(ctx, tx, e, d)
-		if err != nil {
-			return err
-		}
 		switch d.(type) {
 		case domain.OutHookCreated, domain.OutHookEnabled:
 			hooked[e.OrgID] = true
+		}
+		t, data, err := w.translate(ctx, tx, e, d, hooked[e.OrgID])
+		if err != nil {
+			return err
 		}
 		if t == "" || e.OrgID == "" || !hooked[e.OrgID] {
 			continue
