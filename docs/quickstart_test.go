@@ -6,8 +6,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,6 +27,7 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/testenv/lockedbuf"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
 	"github.com/nebulactrl/nebulactrl/internal/testenv/registrytest"
+	"github.com/nebulactrl/nebulactrl/internal/testenv/serveproc"
 	"github.com/nebulactrl/nebulactrl/packaging/agentinstall"
 )
 
@@ -192,26 +191,9 @@ func build(t *testing.T, dir string, cmds ...string) {
 	}
 }
 
-// freeAddr returns a free loopback address for nebula serve to listen on.
-// The port is below Linux's ephemeral range (32768-60999): a port the
-// kernel handed out for :0 and that the test closed again can be taken by
-// any outgoing connection before the server binds it (seen in CI, with the
-// other packages' tests running alongside); one outside that range only by
-// an explicit bind.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return addr
-	}
-	t.Fatal("no free loopback port between 20000 and 32000")
-	return ""
-}
+// freeAddr returns a free loopback address for nebula serve to listen on,
+// below Linux's ephemeral range (serveproc.FreeAddr says why).
+func freeAddr(t *testing.T) string { return serveproc.FreeAddr(t) }
 
 func httpGet(t *testing.T, url string) string {
 	t.Helper()

@@ -95,9 +95,12 @@ func (p *Process) Kill(t testing.TB) {
 	}
 }
 
-// FreeAddr is a free loopback address below the ephemeral range, so that
-// no outgoing connection of another test takes it before the process
-// listens (see docs/quickstart_test.go's freeAddr).
+// FreeAddr is a free loopback address for a server to listen on. The port
+// is below Linux's ephemeral range (32768-60999): a port the kernel handed
+// out for :0 and that the test closed again can be taken by any outgoing
+// connection before the server binds it (seen in CI, with the other
+// packages' tests running alongside); one outside that range only by an
+// explicit bind.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	for range 100 {
