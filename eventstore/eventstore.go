@@ -230,19 +230,85 @@ func (s *Store) append(ctx context.Context, q Querier, req AppendRequest) (Appen
 	if err := req.validate(); err != nil {
 		return Appended{}, fmt.Errorf("appending to %s: %w", req.StreamID, err)
 	}
-	statements := 0
 	b := &pgx.Batch{}
+	_, inTx := q.(pgx.Tx)
+	statements, err := s.queueAppend(b, req, inTx)
+	if err != nil {
+		return Appended{}, err
+	}
+	// Without an explicit transaction the whole batch runs as one implicit
+	// transaction: any failure rolls every statement back.
+	res := Appended{Version: req.ExpectedVersion + len(req.Records)}
+	br := q.SendBatch(ctx, b)
+	if err := readAppend(br, statements, &res.Last); err != nil {
+		br.Close()
+		return Appended{}, fmt.Errorf("appending to %s at version %d: %w", req.StreamID, req.ExpectedVersion, classify(err))
+	}
+	if err := br.Close(); err != nil {
+		return Appended{}, fmt.Errorf("appending to %s at version %d: %w", req.StreamID, req.ExpectedVersion, classify(err))
+	}
+	if !inTx {
+		s.notifyAfterCommit(ctx, fmt.Sprintf("%s@%d", req.StreamID, res.Version))
+	}
+	return res, nil
+}
+
+// AppendManyTx appends several requests inside tx in one round trip, in
+// order, for subscribers that record many events (such as the revisions of
+// every environment a batch touched) atomically with their checkpoint. Each
+// request is checked for its own stream's expected version; any failure
+// fails them all (and the caller's transaction with them).
+func (s *Store) AppendManyTx(ctx context.Context, tx pgx.Tx, reqs []AppendRequest) ([]Appended, error) {
+	for _, req := range reqs {
+		if err := req.validate(); err != nil {
+			return nil, fmt.Errorf("appending to %s: %w", req.StreamID, err)
+		}
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	b := &pgx.Batch{}
+	statements := make([]queued, len(reqs))
+	for i, req := range reqs {
+		n, err := s.queueAppend(b, req, true)
+		if err != nil {
+			return nil, err
+		}
+		statements[i] = n
+	}
+	out := make([]Appended, len(reqs))
+	br := tx.SendBatch(ctx, b)
+	for i, req := range reqs {
+		out[i].Version = req.ExpectedVersion + len(req.Records)
+		if err := readAppend(br, statements[i], &out[i].Last); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("appending to %s at version %d: %w", req.StreamID, req.ExpectedVersion, classify(err))
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("appending %d requests: %w", len(reqs), classify(err))
+	}
+	return out, nil
+}
+
+// queueAppend queues one append's statements on b: the claims' releases and
+// claims (their count is returned: they come before the insert), the insert
+// of the events (which returns their cursors), and what follows it. inTx
+// means the caller commits later: the notification is queued to go out with
+// that commit.
+func (s *Store) queueAppend(b *pgx.Batch, req AppendRequest, inTx bool) (queued, error) {
+	var statements queued
 	if len(req.Releases) > 0 {
 		scopes, names := claimColumns(req.Releases)
 		b.Queue(`DELETE FROM name_claims c USING unnest($1::text[], $2::text[]) AS r(scope, name)
 		         WHERE c.scope = r.scope AND c.name = r.name AND c.stream_id = $3`, scopes, names, req.StreamID)
-		statements++
+		statements.before++
 	}
 	if len(req.Claims) > 0 {
 		scopes, names := claimColumns(req.Claims)
 		b.Queue(`INSERT INTO name_claims (scope, name, stream_id)
 		         SELECT scope, name, $3 FROM unnest($1::text[], $2::text[]) AS c(scope, name)`, scopes, names, req.StreamID)
-		statements++
+		statements.before++
 	}
 	types := make([]string, len(req.Records))
 	versions := make([]int16, len(req.Records))
@@ -258,55 +324,51 @@ func (s *Store) append(ctx context.Context, q Querier, req AppendRequest) (Appen
 		string(req.Actor.Kind), req.Actor.ID, req.Actor.Name, req.RequestID, req.OccurredAt, req.Via)
 	outbox, err := s.outboxQuery(req, types)
 	if err != nil {
-		return Appended{}, err
+		return queued{}, err
 	}
 	b.Queue(outbox.Query, outbox.Args...)
-	_, inTx := q.(pgx.Tx)
+	statements.after++
 	if inTx {
-		// The caller commits later; the notification goes out then.
 		b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprintf("%s@%d", req.StreamID, req.ExpectedVersion+len(req.Records)))
+		statements.after++
 	}
-	// Without an explicit transaction the whole batch runs as one implicit
-	// transaction: any failure rolls every statement back.
-	res := Appended{Version: req.ExpectedVersion + len(req.Records)}
-	if err := readBatch(q.SendBatch(ctx, b), statements, &res.Last); err != nil {
-		return Appended{}, fmt.Errorf("appending to %s at version %d: %w", req.StreamID, req.ExpectedVersion, classify(err))
-	}
-	if !inTx {
-		s.notifyAfterCommit(ctx, fmt.Sprintf("%s@%d", req.StreamID, res.Version))
-	}
-	return res, nil
+	return statements, nil
 }
 
-// readBatch reads an append's results: `before` statements, then the
-// insert's returned cursors, then the rest.
-func readBatch(br pgx.BatchResults, before int, last *Cursor) error {
-	for i := 0; i < before; i++ {
+// queued counts the statements queueAppend queued before and after the
+// insert of the events.
+type queued struct{ before, after int }
+
+// readAppend reads one queued append's results from br: the statements
+// before the insert, the insert's returned cursors, the statements after.
+func readAppend(br pgx.BatchResults, n queued, last *Cursor) error {
+	for i := 0; i < n.before; i++ {
 		if _, err := br.Exec(); err != nil {
-			br.Close()
 			return err
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		br.Close()
 		return err
 	}
 	for rows.Next() {
 		var tx int64
 		if err := rows.Scan(&last.Position, &tx); err != nil {
 			rows.Close()
-			br.Close()
 			return err
 		}
 		last.TxID = uint64(tx)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		br.Close()
 		return err
 	}
-	return br.Close()
+	for i := 0; i < n.after; i++ {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func claimColumns(cs []Claim) (scopes, names []string) {
