@@ -14,6 +14,7 @@ import (
 	"runtime/pprof"
 	"sort"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,10 @@ type result struct {
 	ratio    string
 	target   string
 	verdict  string
+	// when is stamped by the runner: the date the row was measured, the
+	// machine's 1-minute load average during its benchmark, and how long
+	// the benchmark took.
+	when string
 }
 
 type flags struct {
@@ -86,6 +91,7 @@ func main() {
 }
 
 func run(ctx context.Context, f flags) error {
+	start := time.Now()
 	dir, err := os.MkdirTemp("", "nebula-bench-")
 	if err != nil {
 		return err
@@ -109,119 +115,79 @@ func run(ctx context.Context, f flags) error {
 	defer pool.Close()
 
 	var results []result
-	want := func(name string) bool {
-		if f.only != "" && f.only != name {
-			return false
-		}
-		if f.statements > 0 {
-			if len(results) > 0 || name != "appends" {
-				topStatements(ctx, cluster, f.statements)
+	one := func(r result, err error) ([]result, error) { return []result{r}, err }
+	benches := []struct {
+		name string
+		run  func() ([]result, error)
+	}{
+		{"appends", func() ([]result, error) {
+			log.Printf("appends: 8 writers, single events, %d runs of %s", f.runs, f.duration)
+			r1, err := benchAppends(ctx, pool, f, 1)
+			if err != nil {
+				return nil, err
 			}
-			resetStatements(ctx, cluster)
-			log.Printf("statements: measuring %s", name)
-		}
-		return true
+			log.Printf("appends: 8 writers, 100 events per transaction")
+			r100, err := benchAppends(ctx, pool, f, 100)
+			return []result{r1, r100}, err
+		}},
+		{"rebuild", func() ([]result, error) { return one(rebuildAll(ctx, cluster, f)) }},
+		{"agents", func() ([]result, error) { return benchAgents(ctx, cluster, f) }},
+		{"reconcile", func() ([]result, error) {
+			log.Printf("applying an environment of 200 services to a real API server")
+			return benchReconcile()
+		}},
+		{"commands", func() ([]result, error) { return one(benchDeployLatency(ctx, pool, 200)) }},
+		{"compile", func() ([]result, error) {
+			log.Printf("compiling a 1,000-service environment")
+			return benchCompile(), nil
+		}},
+		{"logins", func() ([]result, error) { return benchLogins(ctx, cluster, f) }},
+		{"console", func() ([]result, error) { return benchConsole(ctx, cluster) }},
+		{"builds", func() ([]result, error) { return benchBuilds(ctx, cluster, f) }},
+		{"mesh", func() ([]result, error) { return benchMesh(ctx, cluster) }},
+		{"webhooks", func() ([]result, error) { return benchWebhooks(ctx, cluster, f) }},
+		{"mcp", func() ([]result, error) { return one(benchMCP(ctx, cluster)) }},
+		{"varbytes", func() ([]result, error) { return one(benchVariableBytes(ctx, cluster)) }},
 	}
 	if f.statements > 0 {
 		defer topStatements(ctx, cluster, f.statements)
 	}
-	if want("appends") {
-		log.Printf("appends: 8 writers, single events, %d runs of %s", f.runs, f.duration)
-		r, err := benchAppends(ctx, pool, f, 1)
-		if err != nil {
-			return err
-		}
-		results = append(results, r)
-		log.Printf("appends: 8 writers, 100 events per transaction")
-		r, err = benchAppends(ctx, pool, f, 100)
-		if err != nil {
-			return err
-		}
-		results = append(results, r)
+	known := false
+	for _, b := range benches {
+		known = known || f.only == b.name
 	}
-	if want("rebuild") {
-		r, err := rebuildAll(ctx, cluster, f)
-		if err != nil {
-			return err
-		}
-		results = append(results, r)
+	if f.only != "" && !known {
+		return fmt.Errorf("-only %q: no such benchmark", f.only)
 	}
-	if want("agents") {
-		rs, err := benchAgents(ctx, cluster, f)
-		if err != nil {
-			return err
+	for _, b := range benches {
+		if f.only != "" && f.only != b.name {
+			continue
 		}
+		if f.statements > 0 {
+			if len(results) > 0 {
+				topStatements(ctx, cluster, f.statements)
+			}
+			resetStatements(ctx, cluster)
+			log.Printf("statements: measuring %s", b.name)
+		}
+		load, began := newLoadSampler(), time.Now()
+		rs, err := b.run()
+		if err != nil {
+			load.stop()
+			return fmt.Errorf("%s: %w", b.name, err)
+		}
+		when := fmt.Sprintf("%s, load %s, %s", began.UTC().Format("2006-01-02 15:04 MST"), load.stop(), time.Since(began).Round(time.Second))
+		for i := range rs {
+			rs[i].when = when
+		}
+		log.Printf("%s: done in %s", b.name, time.Since(began).Round(time.Second))
 		results = append(results, rs...)
 	}
-	if want("reconcile") {
-		log.Printf("applying an environment of 200 services to a real API server")
-		rs, err := benchReconcile()
-		if err != nil {
-			return err
-		}
-		results = append(results, rs...)
+	pgVersion := "unknown"
+	if out, err := exec.Command(cluster.BinDir()+"/postgres", "--version").Output(); err == nil {
+		pgVersion = strings.TrimSpace(string(out))
 	}
-	if want("commands") {
-		r, err := benchDeployLatency(ctx, pool, 200)
-		if err != nil {
-			return err
-		}
-		results = append(results, r)
-	}
-	if want("compile") {
-		log.Printf("compiling a 1,000-service environment")
-		results = append(results, benchCompile()...)
-	}
-	if want("logins") {
-		rs, err := benchLogins(ctx, cluster, f)
-		if err != nil {
-			return err
-		}
-		results = append(results, rs...)
-	}
-	if want("console") {
-		rs, err := benchConsole(ctx, cluster)
-		if err != nil {
-			return err
-		}
-		results = append(results, rs...)
-	}
-	if want("builds") {
-		rs, err := benchBuilds(ctx, cluster, f)
-		if err != nil {
-			return err
-		}
-		results = append(results, rs...)
-	}
-	if want("mesh") {
-		rs, err := benchMesh(ctx, cluster)
-		if err != nil {
-			return err
-		}
-		results = append(results, rs...)
-	}
-	if want("webhooks") {
-		rs, err := benchWebhooks(ctx, cluster, f)
-		if err != nil {
-			return err
-		}
-		results = append(results, rs...)
-	}
-	if want("mcp") {
-		r, err := benchMCP(ctx, cluster)
-		if err != nil {
-			return err
-		}
-		results = append(results, r)
-	}
-	if want("varbytes") {
-		r, err := benchVariableBytes(ctx, cluster)
-		if err != nil {
-			return err
-		}
-		results = append(results, r)
-	}
-	return write(f.out, results, cluster)
+	return write(f.out, results, pgVersion, f.only, time.Since(start))
 }
 
 func rebuildAll(ctx context.Context, cluster *pgcluster.Cluster, f flags) (result, error) {
@@ -267,28 +233,96 @@ func spread(xs []float64) string {
 	return fmt.Sprintf("%.0f–%.0f", s[0], s[len(s)-1])
 }
 
-func write(path string, results []result, c *pgcluster.Cluster) error {
-	pgVersion := "unknown"
-	if out, err := exec.Command(c.BinDir()+"/postgres", "--version").Output(); err == nil {
-		pgVersion = strings.TrimSpace(string(out))
-	}
+// write writes the report to path. Rows this run did not measure (a run
+// with -only) are kept from the report already there, each with its own date
+// and load, and so is everything below the table (the notes, which explain
+// the rows: edited by hand as they change).
+func write(path string, results []result, pgVersion, only string, took time.Duration) error {
+	oldRows, oldNotes := readReport(path)
 	var b strings.Builder
 	b.WriteString("# Benchmarks\n\n")
 	b.WriteString("Written by `go tool task bench` (cmd/nebula-bench). Each bar is measured against a raw\n")
 	b.WriteString("baseline in the same run, on the same private PostgreSQL cluster with durable settings\n")
 	b.WriteString("(fsync and synchronous_commit on). Throughputs are medians of several runs, with the\n")
-	b.WriteString("spread of the runs; on a shared 2-core machine absolute numbers move, ratios less.\n\n")
-	fmt.Fprintf(&b, "Run: %s · %d CPUs · %s · %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), pgVersion)
-	b.WriteString("| benchmark | measured | baseline | ratio | target | result |\n|---|---|---|---|---|---|\n")
-	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.name, r.measured, r.baseline, r.ratio, r.target, r.verdict)
+	b.WriteString("spread of the runs; on a shared 2-core machine absolute numbers move, ratios less. Each\n")
+	b.WriteString("row says when it was measured, the machine's 1-minute load average during its benchmark\n")
+	b.WriteString("and how long the benchmark took (`-only NAME` measures one benchmark again and keeps the\n")
+	b.WriteString("other rows).\n\n")
+	what := "every benchmark"
+	if only != "" {
+		what = "`-only " + only + "`"
 	}
-	b.WriteString(notes + buildsNotes + outboundNotes)
+	fmt.Fprintf(&b, "Last run: %s (%s, %s) · %d CPUs · %s · %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), what,
+		took.Round(time.Second), runtime.NumCPU(), runtime.Version(), pgVersion)
+	b.WriteString("| benchmark | measured | baseline | ratio | target | result | measured on |\n|---|---|---|---|---|---|---|\n")
+	fresh := map[string]string{}
+	for _, r := range results {
+		fresh[r.name] = fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |", r.name, r.measured, r.baseline, r.ratio, r.target, r.verdict, r.when)
+	}
+	written := map[string]bool{}
+	for _, row := range oldRows {
+		if line, ok := fresh[row.name]; ok {
+			b.WriteString(line + "\n")
+			written[row.name] = true
+			continue
+		}
+		if only == "" {
+			continue // a full run measures every row again; a row it no longer has is gone
+		}
+		b.WriteString(row.line + "\n")
+	}
+	for _, r := range results {
+		if !written[r.name] {
+			b.WriteString(fresh[r.name] + "\n")
+			written[r.name] = true
+		}
+	}
+	if oldNotes != "" {
+		b.WriteString("\n" + oldNotes)
+	} else {
+		b.WriteString(notes + buildsNotes + outboundNotes)
+	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
-	fmt.Print(b.String())
+	if !testing.Testing() {
+		fmt.Print(b.String())
+	}
 	return nil
+}
+
+type reportRow struct{ name, line string }
+
+// readReport reads the table rows (by benchmark name) and the text after
+// the table of an earlier report; nothing when there is none.
+func readReport(path string) ([]reportRow, string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, ""
+	}
+	var rows []reportRow
+	lines := strings.Split(string(data), "\n")
+	i := 0
+	for i < len(lines) && !strings.HasPrefix(lines[i], "| benchmark |") {
+		i++
+	}
+	if i == len(lines) {
+		return nil, ""
+	}
+	for i += 2; i < len(lines) && strings.HasPrefix(lines[i], "| "); i++ {
+		cells := strings.Split(lines[i], " | ")
+		line := lines[i]
+		if len(cells) == 6 {
+			// A row from before rows carried their own date: its date, where it
+			// has one, is in its result.
+			line += " earlier run (see its result) |"
+		}
+		rows = append(rows, reportRow{name: strings.TrimPrefix(cells[0], "| "), line: line})
+	}
+	for i < len(lines) && !strings.HasPrefix(lines[i], "## ") {
+		i++
+	}
+	return rows, strings.Join(lines[i:], "\n")
 }
 
 const notes = `
