@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -156,6 +157,7 @@ func (p *Projections) compileAffected(ctx context.Context, tx pgx.Tx, batch []De
 		// Kept for the next compile, which uses it only if this revision is
 		// the one it finds recorded (the transaction may yet roll back).
 		lastCompiled.put(c.env, c.last.number+1, c.hash, c.digests)
+		recentDocs.put(&recentDoc{env: c.env, number: c.last.number + 1, hash: c.hash, compiledAt: now.Round(time.Microsecond), doc: c.doc, size: c.size})
 		p.cfg.Logger.Debug("revision compiled", "environment", c.env, "revision", c.last.number+1, "hash", c.hash)
 	}
 	return nil
@@ -176,6 +178,7 @@ type compiled struct {
 	hash    string
 	objs    map[string]json.RawMessage
 	digests map[string]objectDigest
+	size    int // the objects' bytes
 	err     error
 }
 
@@ -190,6 +193,9 @@ func compileAll(work []*compiled) {
 		}
 		if c.objs, c.err = SplitDocument(c.doc); c.err == nil {
 			c.digests = digestObjects(c.objs)
+			for _, v := range c.objs {
+				c.size += len(v)
+			}
 		}
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(work))

@@ -92,6 +92,15 @@ func TestBatchCompileEqualsCompilingEachAlone(t *testing.T) {
 				got, err := rev.Document.Hash()
 				require.NoError(t, err)
 				require.Equal(t, want, got, "environment %s: the document rebuilt from the revisions differs", env)
+				// What the agents are given: from this process's compile
+				// when it holds the revision, the same document.
+				given, err := projections.DocumentForDelivery(ctx, b.pool, env, rev.Number)
+				require.NoError(t, err)
+				require.Equal(t, rev.Hash, given.Hash)
+				gh, err := given.Document.Hash()
+				require.NoError(t, err)
+				require.Equal(t, want, gh, "environment %s: the document given for delivery differs", env)
+				require.True(t, given.CompiledAt.Equal(rev.CompiledAt), "%s: compiled at %s, recorded %s", env, given.CompiledAt, rev.CompiledAt)
 				if env == deleted {
 					require.Empty(t, rev.Document.Services)
 				}
