@@ -454,6 +454,10 @@ func register(ctx context.Context, baseURL string, tlsConfig *tls.Config, req Re
 		CheckRedirect: func(r *http.Request, _ []*http.Request) error {
 			return fmt.Errorf("the control plane redirects to %s: give that URL", r.URL.Redacted())
 		}}
+	// The client is made for this one request: its connection is not kept
+	// idle afterwards (a process that registers many times would keep one
+	// TLS connection, here and at the control plane, for each).
+	defer client.CloseIdleConnections()
 	resp, err := client.Do(hreq)
 	if err != nil {
 		return RegisterResponse{}, fmt.Errorf("registering with %s: %w", baseURL, err)

@@ -9,30 +9,48 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// conn is one websocket with one reader (the caller of read) and one writer
-// goroutine: gorilla/websocket allows one of each at a time, and a single
-// writer also keeps pings and messages from interleaving.
+// conn is one websocket with one reader (the caller of read) and at most
+// one writer at a time: gorilla/websocket allows one of each at a time.
+//
+// An idle connection holds no writer goroutine and no queue: a frame sent
+// starts a writer, which writes what is queued and ends when the queue is
+// empty; pings are written from a timer (gorilla/websocket allows
+// WriteControl beside the writer). With thousands of agents connected and
+// idle, a goroutine and its stack per connection is most of the memory the
+// connection costs.
 type conn struct {
 	ws          *websocket.Conn
-	out         chan []byte
 	done        chan struct{}
 	closeOnce   sync.Once
 	readTimeout time.Duration
 	pingEvery   time.Duration
+	ping        *time.Timer
 	reason      string
 	code        int
 	mu          sync.Mutex
-	// finished is closed when the writer has ended (queued frames written
-	// or given up on).
+	// queue are the frames waiting for the writer; writing says a writer
+	// (or the close's finishing) runs; closing says close was called
+	// (then send refuses, and the writer finishes the connection).
+	queue   [][]byte
+	writing bool
+	closing bool
+	// finished is closed when the connection is finished: queued frames
+	// written (or given up on), the close frame written, the socket closed.
 	finished chan struct{}
 }
 
+// maxQueued is how many frames a connection holds for a peer that does not
+// read them, before it is closed instead.
+const maxQueued = 64
+
 func newConn(ws *websocket.Conn, readTimeout, pingEvery time.Duration) *conn {
-	c := &conn{ws: ws, out: make(chan []byte, 64), done: make(chan struct{}), finished: make(chan struct{}), readTimeout: readTimeout, pingEvery: pingEvery}
+	c := &conn{ws: ws, done: make(chan struct{}), finished: make(chan struct{}), readTimeout: readTimeout, pingEvery: pingEvery}
 	ws.SetReadLimit(MaxFrame)
 	_ = ws.SetReadDeadline(time.Now().Add(readTimeout))
 	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(readTimeout)) })
-	go c.writer()
+	// Armed only once c.ping is set: the timer's function uses it.
+	c.ping = time.AfterFunc(time.Hour, c.pinger)
+	c.ping.Reset(pingEvery)
 	return c
 }
 
@@ -41,70 +59,102 @@ var errClosed = errors.New("connection closed")
 // send queues a frame; a peer too slow to take 64 frames is closed rather than
 // allowed to hold memory: it reconnects and says what it has.
 func (c *conn) send(frame []byte) error {
-	select {
-	case <-c.done:
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
 		return errClosed
-	default:
 	}
-	select {
-	case c.out <- frame:
-		return nil
-	case <-c.done:
-		return errClosed
-	default:
+	if len(c.queue) >= maxQueued {
+		c.mu.Unlock()
 		c.close(websocket.ClosePolicyViolation, "too slow to read its frames")
 		return errClosed
 	}
+	c.queue = append(c.queue, frame)
+	start := !c.writing
+	c.writing = true
+	c.mu.Unlock()
+	if start {
+		go c.writer()
+	}
+	return nil
 }
 
+// next takes the next queued frame; when there is none it ends the
+// writer's turn (false), or, after close, the writer finishes the
+// connection (finish true).
+func (c *conn) next() (frame []byte, ok, finish bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return nil, false, true
+	}
+	if len(c.queue) == 0 {
+		c.queue = nil
+		c.writing = false
+		return nil, false, false
+	}
+	frame = c.queue[0]
+	c.queue[0] = nil
+	c.queue = c.queue[1:]
+	return frame, true, false
+}
+
+// writer writes the queued frames in order, and ends when none is left.
 func (c *conn) writer() {
-	defer close(c.finished)
-	ping := time.NewTicker(c.pingEvery)
-	defer ping.Stop()
 	for {
-		select {
-		case frame := <-c.out:
-			_ = c.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			if err := c.ws.WriteMessage(websocket.TextMessage, frame); err != nil {
-				c.close(websocket.CloseAbnormalClosure, "write failed")
-				_ = c.ws.Close()
-				return
-			}
-		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(10*time.Second)); err != nil {
-				c.close(websocket.CloseAbnormalClosure, "ping failed")
-				_ = c.ws.Close()
-				return
-			}
-		case <-c.done:
-			c.mu.Lock()
-			code, reason := c.code, c.reason
-			c.mu.Unlock()
-			if code != websocket.CloseAbnormalClosure {
-				// Frames queued before the close (such as the error that says
-				// why) go out first.
-				c.drain()
-				_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
-			}
-			_ = c.ws.Close()
+		frame, ok, finish := c.next()
+		if finish {
+			c.finish()
+			return
+		}
+		if !ok {
+			return
+		}
+		_ = c.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if err := c.ws.WriteMessage(websocket.TextMessage, frame); err != nil {
+			c.close(websocket.CloseAbnormalClosure, "write failed")
+			c.finish()
 			return
 		}
 	}
 }
 
-// drain writes the frames still queued, without waiting for more.
-func (c *conn) drain() {
-	for {
-		select {
-		case frame := <-c.out:
+// pinger pings the peer every pingEvery (its pong extends the read
+// deadline at the other end, and the peer's own at this end).
+func (c *conn) pinger() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(10*time.Second)); err != nil {
+		c.close(websocket.CloseAbnormalClosure, "ping failed")
+		return
+	}
+	c.ping.Reset(c.pingEvery)
+}
+
+// finish ends a closed connection: unless it was lost, the frames queued
+// before the close (such as the error that says why) go out first, then
+// the close frame; then the socket is closed. Only the writer, or close when
+// no writer runs, calls it.
+func (c *conn) finish() {
+	c.mu.Lock()
+	code, reason := c.code, c.reason
+	queue := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+	if code != websocket.CloseAbnormalClosure {
+		for _, frame := range queue {
 			_ = c.ws.SetWriteDeadline(time.Now().Add(time.Second))
 			if c.ws.WriteMessage(websocket.TextMessage, frame) != nil {
-				return
+				break
 			}
-		default:
-			return
 		}
+		_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
 	}
+	_ = c.ws.Close()
+	close(c.finished)
 }
 
 // read returns the next text frame, extending the read deadline.
@@ -125,10 +175,20 @@ func (c *conn) close(code int, reason string) {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.code, c.reason = code, truncate(reason, 120)
+		c.closing = true
+		idle := !c.writing
+		c.writing = true
 		c.mu.Unlock()
 		close(c.done)
+		c.ping.Stop()
 		// Unblock the reader at once.
 		_ = c.ws.SetReadDeadline(time.Now())
+		if idle {
+			// No writer runs to finish the connection (and close may be
+			// called with the hub's lock held: the close frame waits for
+			// nothing here).
+			go c.finish()
+		}
 	})
 }
 

@@ -7,32 +7,25 @@ import (
 	"sync"
 )
 
-func (ac *agentConn) kickNow() {
+// deliverConnected sends a connection that just said hello every revision
+// newer than what it has, and its mesh state; later revisions reach it
+// through Deliver and Refresh. It runs once and ends: an idle connection
+// keeps no goroutine of its own for deliveries.
+func (h *Hub) deliverConnected(ctx context.Context, ac *agentConn) {
 	select {
-	case ac.kick <- struct{}{}:
+	case <-ac.c.closed():
+		return
+	case <-ctx.Done():
+		return
 	default:
 	}
-}
-
-// deliverLoop sends the connection every revision newer than what it has,
-// whenever it is kicked; one at a time, so the agent sees them in order.
-func (h *Hub) deliverLoop(ctx context.Context, ac *agentConn) {
-	for {
-		select {
-		case <-ac.c.closed():
-			return
-		case <-ctx.Done():
-			return
-		case <-ac.kick:
-		}
-		heads, err := h.cfg.Heads(ctx, []string{ac.peer.ClusterID})
-		if err != nil {
-			h.cfg.Logger.Warn("looking up revisions for an agent", "server", ac.peer.Name, "err", err)
-			continue
-		}
-		h.deliver(ctx, ac, heads[ac.peer.ClusterID], nil)
-		h.deliverMesh(ctx, ac, nil)
+	heads, err := h.cfg.Heads(ctx, []string{ac.peer.ClusterID})
+	if err != nil {
+		h.cfg.Logger.Warn("looking up revisions for an agent", "server", ac.peer.Name, "err", err)
+		return
 	}
+	h.deliver(ctx, ac, heads[ac.peer.ClusterID], nil)
+	h.deliverMesh(ctx, ac, nil)
 }
 
 // deliverMesh sends the connection its cluster's latest mesh revision when

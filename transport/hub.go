@@ -113,8 +113,6 @@ type agentConn struct {
 	// hello), for each environment until the first delivery decides whether
 	// the agent is ahead of this control plane and must be rewound.
 	recorded map[string]AppliedRevision
-	// kick asks the connection's own loop to look for newer revisions.
-	kick chan struct{}
 	// builds says the agent runs builds (its hello); buildsSent is the
 	// last set of builds sent, so that the same set is not sent again.
 	builds     bool
@@ -140,7 +138,11 @@ func NewHub(ctx context.Context, cfg HubConfig) (*Hub, error) {
 		cfg.PingEvery = 20 * time.Second
 	}
 	h := &Hub{cfg: cfg, conns: map[string]*agentConn{}, pending: map[*agentConn]struct{}{}, ctx: ctx}
-	h.upgrader = websocket.Upgrader{ReadBufferSize: 4096, WriteBufferSize: 4096, WriteBufferPool: &sync.Pool{}}
+	// The read buffer is held for as long as the connection lasts: small
+	// (an agent's frames are heartbeats and acknowledgements; a larger one
+	// is read through it in pieces). The write buffer is taken from a pool
+	// shared by every connection only while a frame is written.
+	h.upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 4096, WriteBufferPool: &sync.Pool{}}
 	go func() {
 		<-ctx.Done()
 		h.mu.Lock()
@@ -175,7 +177,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := newConn(ws, h.cfg.ReadTimeout, h.cfg.PingEvery)
 	peer.Session = newSession()
-	ac := &agentConn{peer: &peer, c: c, auth: auth, sent: map[string]int{}, recorded: map[string]AppliedRevision{}, kick: make(chan struct{}, 1)}
+	ac := &agentConn{peer: &peer, c: c, auth: auth, sent: map[string]int{}, recorded: map[string]AppliedRevision{}}
 	h.mu.Lock()
 	h.pending[ac] = struct{}{}
 	h.mu.Unlock()
@@ -212,8 +214,7 @@ func (h *Hub) serve(ac *agentConn) {
 	}
 	h.conns[ac.peer.ServerID] = ac
 	h.mu.Unlock()
-	go h.deliverLoop(ctx, ac)
-	ac.kickNow()
+	go h.deliverConnected(ctx, ac)
 	reason = h.readLoop(ctx, ac)
 	ac.c.close(websocket.ClosePolicyViolation, reason)
 	h.mu.Lock()

@@ -146,6 +146,10 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 	}
 	time.Sleep(2 * time.Second) // let connections settle into idle
 	after, rssAfter := memNow(), rss()
+	writeHeapProfile(*agentsHeapProfile)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	log.Printf("agents: idle: %d goroutines, heap in use %d KiB, stacks %d KiB", runtime.NumGoroutine(), ms.HeapInuse>>10, ms.StackInuse>>10)
 	perConn := float64(after-before) / float64(n)
 	rssPerConn := (float64(rssAfter) - float64(rssBefore)) / float64(n)
 
