@@ -3,9 +3,11 @@
 // behind the commit horizon, and through subscriptions whose checkpoints are
 // committed with the subscriber's own writes.
 //
-// Each append is a single round trip: the events, the name claims, the
-// watermill-sql outbox message and one NOTIFY travel as one pipelined batch
-// that PostgreSQL runs as one implicit transaction.
+// Each append is a single round trip: the name claims and the events travel
+// as one pipelined batch that PostgreSQL runs as one implicit transaction,
+// and one NOTIFY follows the commit. The events table is the only row an
+// event writes: it is also the watermill topic that wakes subscribers when a
+// notification is lost (topic.go).
 package eventstore
 
 import (
@@ -18,8 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,10 +37,7 @@ var (
 	ErrNameTaken = fmt.Errorf("%w: name already taken", ErrConflict)
 )
 
-// Topic is the watermill topic of the outbox: one message per append.
-const Topic = "nebula_events"
-
-// NotifyChannel is the PostgreSQL channel notified once per append transaction.
+// NotifyChannel is the PostgreSQL channel notified once per append.
 const NotifyChannel = "nebula_events"
 
 // Record is one event to append: an explicit type string, its schema version
@@ -174,7 +171,6 @@ type Querier interface {
 type Store struct {
 	pool    *pgxpool.Pool
 	logger  *slog.Logger
-	outbox  wsql.DefaultPostgreSQLSchema
 	pending chan string
 	running atomic.Bool
 }
@@ -215,7 +211,7 @@ type Appended struct {
 }
 
 // Append writes the request's events at the expected version, atomically
-// with its name claims and an outbox message, and notifies subscribers.
+// with its name claims, and notifies subscribers after the commit.
 func (s *Store) Append(ctx context.Context, req AppendRequest) (Appended, error) {
 	return s.append(ctx, s.pool, req)
 }
@@ -232,10 +228,7 @@ func (s *Store) append(ctx context.Context, q Querier, req AppendRequest) (Appen
 	}
 	b := &pgx.Batch{}
 	_, inTx := q.(pgx.Tx)
-	statements, err := s.queueAppend(b, req, inTx)
-	if err != nil {
-		return Appended{}, err
-	}
+	statements := s.queueAppend(b, req, inTx)
 	// Without an explicit transaction the whole batch runs as one implicit
 	// transaction: any failure rolls every statement back.
 	res := Appended{Version: req.ExpectedVersion + len(req.Records)}
@@ -270,11 +263,7 @@ func (s *Store) AppendManyTx(ctx context.Context, tx pgx.Tx, reqs []AppendReques
 	b := &pgx.Batch{}
 	statements := make([]queued, len(reqs))
 	for i, req := range reqs {
-		n, err := s.queueAppend(b, req, true)
-		if err != nil {
-			return nil, err
-		}
-		statements[i] = n
+		statements[i] = s.queueAppend(b, req, true)
 	}
 	out := make([]Appended, len(reqs))
 	br := tx.SendBatch(ctx, b)
@@ -296,7 +285,7 @@ func (s *Store) AppendManyTx(ctx context.Context, tx pgx.Tx, reqs []AppendReques
 // of the events (which returns their cursors), and what follows it. inTx
 // means the caller commits later: the notification is queued to go out with
 // that commit.
-func (s *Store) queueAppend(b *pgx.Batch, req AppendRequest, inTx bool) (queued, error) {
+func (s *Store) queueAppend(b *pgx.Batch, req AppendRequest, inTx bool) queued {
 	var statements queued
 	if len(req.Releases) > 0 {
 		scopes, names := claimColumns(req.Releases)
@@ -322,17 +311,11 @@ func (s *Store) queueAppend(b *pgx.Batch, req AppendRequest, inTx bool) (queued,
 	}
 	b.Queue(insertEvents, req.StreamID, req.ExpectedVersion, org, types, versions, payloads,
 		string(req.Actor.Kind), req.Actor.ID, req.Actor.Name, req.RequestID, req.OccurredAt, req.Via)
-	outbox, err := s.outboxQuery(req, types)
-	if err != nil {
-		return queued{}, err
-	}
-	b.Queue(outbox.Query, outbox.Args...)
-	statements.after++
 	if inTx {
 		b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprintf("%s@%d", req.StreamID, req.ExpectedVersion+len(req.Records)))
 		statements.after++
 	}
-	return statements, nil
+	return statements
 }
 
 // queued counts the statements queueAppend queued before and after the
@@ -377,28 +360,6 @@ func claimColumns(cs []Claim) (scopes, names []string) {
 		names = append(names, c.Name)
 	}
 	return scopes, names
-}
-
-type outboxPayload struct {
-	StreamID string   `json:"streamId"`
-	From     int      `json:"fromVersion"`
-	Types    []string `json:"types"`
-}
-
-func (s *Store) outboxQuery(req AppendRequest, types []string) (wsql.Query, error) {
-	payload, err := json.Marshal(outboxPayload{StreamID: req.StreamID, From: req.ExpectedVersion + 1, Types: types})
-	if err != nil {
-		return wsql.Query{}, err
-	}
-	msg := message.NewMessage(uuid.NewString(), payload)
-	if req.RequestID != "" {
-		msg.Metadata.Set("request_id", req.RequestID)
-	}
-	q, err := s.outbox.InsertQuery(wsql.InsertQueryParams{Topic: Topic, Msgs: message.Messages{msg}})
-	if err != nil {
-		return wsql.Query{}, fmt.Errorf("building outbox message: %w", err)
-	}
-	return q, nil
 }
 
 func classify(err error) error {
@@ -492,14 +453,4 @@ func ReadAll(ctx context.Context, q Querier, after Cursor, limit int) ([]Event, 
 // ReadAll reads through the store's pool.
 func (s *Store) ReadAll(ctx context.Context, after Cursor, limit int) ([]Event, error) {
 	return ReadAll(ctx, s.pool, after, limit)
-}
-
-// PruneOutbox deletes outbox messages older than age: they exist only to wake
-// subscribers, which read the events table itself.
-func (s *Store) PruneOutbox(ctx context.Context, age time.Duration) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM "watermill_nebula_events" WHERE created_at < now() - make_interval(secs => $1)`, age.Seconds())
-	if err != nil {
-		return 0, fmt.Errorf("pruning the outbox: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }

@@ -17,7 +17,8 @@ import (
 // pipelined batches (one notification per append, each with its own payload
 // so none is folded into another); without it, each append sends its own
 // right after committing. Either way, a notification lost to a crash between
-// commit and notify is covered by the subscribers' polling and the outbox.
+// commit and notify is covered by the subscribers' polling and the wakers'
+// watermill subscription of the events table (Topic).
 
 func (s *Store) notifyAfterCommit(ctx context.Context, payload string) {
 	if s.running.Load() {

@@ -8,14 +8,13 @@ import (
 )
 
 // restoredIDs is every transaction id the store keeps (events, checkpoints,
-// parked events and the outbox), but the zero of a checkpoint that never
-// moved.
+// parked events and the events topic's consumer groups), but the zero of a
+// checkpoint that never moved.
 const restoredIDs = `SELECT t FROM (
 	SELECT transaction_id AS t FROM events
 	UNION SELECT transaction_id FROM subscription_checkpoints
 	UNION SELECT transaction_id FROM parked_events
 	UNION SELECT retried_after_tx FROM parked_events WHERE retried_after_tx IS NOT NULL
-	UNION SELECT transaction_id FROM watermill_nebula_events
 	UNION SELECT last_processed_transaction_id FROM watermill_offsets_nebula_events
 ) ids WHERE t <> '0'::xid8`
 
@@ -27,8 +26,8 @@ const restoredIDs = `SELECT t FROM (
 // them: none of the restored events would be read, and every new event would
 // sort before the checkpoints and never be handled. When any kept id is not
 // below this PostgreSQL's next one, the ids are renumbered 3, 4, ... in their
-// order (checkpoints, parked events and the outbox with them, so each still
-// names the same point), after moving this PostgreSQL's counter past them if
+// order (checkpoints, parked events and the topic's offsets with them, so
+// each still names the same point), after moving this PostgreSQL's counter past them if
 // it is not yet; on the PostgreSQL the dump came from nothing changes. It
 // returns how many ids were renumbered. Nothing may write to the database
 // meanwhile (a restore's target: no control plane runs on it yet).
@@ -60,8 +59,6 @@ func RenumberRestored(ctx context.Context, conn *pgx.Conn) (int64, error) {
 		SELECT t AS old, (2 + row_number() OVER (ORDER BY t))::text::xid8 AS new FROM (`+restoredIDs+`) r
 	), e AS (
 		UPDATE events x SET transaction_id = m.new FROM m WHERE x.transaction_id = m.old RETURNING 1
-	), o AS (
-		UPDATE watermill_nebula_events x SET transaction_id = m.new FROM m WHERE x.transaction_id = m.old RETURNING 1
 	), c AS (
 		UPDATE subscription_checkpoints x SET transaction_id = coalesce((SELECT new FROM m WHERE old = x.transaction_id), x.transaction_id) RETURNING 1
 	), p AS (
@@ -70,7 +67,7 @@ func RenumberRestored(ctx context.Context, conn *pgx.Conn) (int64, error) {
 	), w AS (
 		UPDATE watermill_offsets_nebula_events x SET last_processed_transaction_id =
 			coalesce((SELECT new FROM m WHERE old = x.last_processed_transaction_id), x.last_processed_transaction_id) RETURNING 1
-	) SELECT (SELECT count(*) FROM m) + 0 * ((SELECT count(*) FROM e) + (SELECT count(*) FROM o) + (SELECT count(*) FROM c) +
+	) SELECT (SELECT count(*) FROM m) + 0 * ((SELECT count(*) FROM e) + (SELECT count(*) FROM c) +
 		(SELECT count(*) FROM p) + (SELECT count(*) FROM w))`).Scan(&renumbered)
 	if err != nil {
 		return 0, fmt.Errorf("renumbering the restored transaction ids: %w", err)

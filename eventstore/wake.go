@@ -13,8 +13,10 @@ import (
 
 // Waker wakes subscribers of this process right after any process commits an
 // append: LISTEN/NOTIFY on a dedicated connection (one notification per
-// append transaction) for speed, and the watermill-sql outbox subscription as
-// the fallback that also catches notifications lost while reconnecting.
+// append) for speed, and a watermill-sql subscription of the events
+// themselves (Topic: the events table, read in commit order behind the
+// commit horizon) as the fallback that catches notifications lost to a crash
+// between commit and notify or while reconnecting.
 type Waker struct {
 	store    *Store
 	group    string
@@ -95,7 +97,7 @@ func (w *Waker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); w.listen(ctx) }()
-	go func() { defer wg.Done(); w.outbox(ctx) }()
+	go func() { defer wg.Done(); w.topic(ctx, time.Second) }()
 	wg.Wait()
 	return nil
 }
@@ -144,29 +146,38 @@ func (w *Waker) listenOnce(ctx context.Context) error {
 	}
 }
 
-// outbox consumes the watermill-sql outbox topic. Its messages carry what was
-// appended, but subscribers read the events table themselves, so a message
-// is only a wake-up.
-func (w *Waker) outbox(ctx context.Context) {
+// topic consumes Topic, the events table, as this process's consumer group,
+// polling every poll when it is idle. Subscribers read the events table
+// themselves, so a message is only a wake-up; the group starts at the
+// commit horizon each time (EventsOffsets), and every message after that is
+// an event committed since.
+func (w *Waker) topic(ctx context.Context, poll time.Duration) {
 	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(w.store.pool), wsql.SubscriberConfig{
 		ConsumerGroup:  w.group,
-		SchemaAdapter:  wsql.DefaultPostgreSQLSchema{},
-		OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{},
-		PollInterval:   time.Second,
+		SchemaAdapter:  EventsSchema{},
+		OffsetsAdapter: EventsOffsets{},
+		PollInterval:   poll,
 	}, watermill.NopLogger{})
 	if err != nil {
-		w.store.logger.Error("outbox subscriber", "err", err)
+		w.store.logger.Error("events topic subscriber", "err", err)
 		return
 	}
 	defer sub.Close()
-	msgs, err := sub.Subscribe(ctx, Topic)
-	if err != nil {
-		w.store.logger.Error("outbox subscribe", "err", err)
-		return
-	}
-	for msg := range msgs {
-		w.wake()
-		msg.Ack()
+	for ctx.Err() == nil {
+		msgs, err := sub.Subscribe(ctx, Topic)
+		if err != nil {
+			// The group's row could not be written (the database is
+			// away): try again, as the LISTEN side does.
+			w.store.logger.Warn("subscribing to the events topic, retrying", "err", err)
+			if !sleep(ctx, jitter(5*time.Second)) {
+				return
+			}
+			continue
+		}
+		for msg := range msgs {
+			w.wake()
+			msg.Ack()
+		}
 	}
 }
 

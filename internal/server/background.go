@@ -118,10 +118,6 @@ func backgroundJobs(store *eventstore.Store, pool *pgxpool.Pool, tel *telemetry.
 		return d
 	}
 	return []jobs.Job{
-		{Name: "prune-outbox", Interval: interval(10 * time.Minute), Run: func(ctx context.Context) error {
-			_, err := store.PruneOutbox(ctx, time.Hour)
-			return err
-		}},
 		// A kept response goes with its data key: nothing can open it after.
 		{Name: "prune-idempotency-keys", Interval: interval(time.Hour), Run: func(ctx context.Context) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
