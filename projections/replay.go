@@ -14,8 +14,8 @@ import (
 	"github.com/nebulactrl/nebulactrl/eventstore"
 )
 
-// replaySchema holds the rebuilt tables while a replay runs; it never outlives
-// the replay's transaction.
+// replaySchema names the schemas that hold the rebuilt tables while a replay
+// runs, one per projector (replaySchemaOf); none outlives its transaction.
 const replaySchema = "nebula_replay"
 
 // TableReport compares one live table with its rebuild.
@@ -63,8 +63,10 @@ func (r ReplayReport) Equal() bool {
 // Replay rebuilds every projection from event 0 into fresh tables and compares
 // each with the live one, row by row (row hashes, in primary key order). The
 // live projections stand still meanwhile (their subscription lock is held), and
-// the rebuild reads exactly the events the live ones have handled. Nothing is
-// left behind: the rebuilt tables vanish with the transaction.
+// the rebuild reads exactly the events the live ones have handled. Each
+// projector is rebuilt and compared on a connection of its own, all seeing
+// the live tables as this transaction does (rebuild_parallel.go). Nothing is
+// left behind: the rebuilt tables vanish with their transactions.
 func Replay(ctx context.Context, pool *pgxpool.Pool) (ReplayReport, error) {
 	start := time.Now()
 	var rep ReplayReport
@@ -87,26 +89,10 @@ func Replay(ctx context.Context, pool *pgxpool.Pool) (ReplayReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	procs, err := rebuild(ctx, pool, tx, upTo, 10_000)
-	if err != nil {
+	if rep.Projections, err = rebuild(ctx, pool, tx, upTo, 10_000, true); err != nil {
 		return rep, err
 	}
 	rep.Events = handled
-	for _, p := range procs {
-		pr := ProjectionReport{Projection: p.Name(), Equal: true}
-		for _, t := range p.Tables() {
-			tr, err := compareTable(ctx, tx, t)
-			if err != nil {
-				return rep, err
-			}
-			pr.Equal = pr.Equal && tr.Equal
-			pr.Tables = append(pr.Tables, tr)
-		}
-		rep.Projections = append(rep.Projections, pr)
-	}
-	if _, err := tx.Exec(ctx, `SET LOCAL search_path TO DEFAULT`); err != nil {
-		return rep, err
-	}
 	if rep.Chain, err = VerifyChain(ctx, tx); err != nil {
 		return rep, err
 	}
@@ -127,53 +113,10 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, batchSize int) (int64, err
 	if err != nil {
 		return 0, err
 	}
-	if _, err := rebuild(ctx, pool, tx, upTo, batchSize); err != nil {
+	if _, err := rebuild(ctx, pool, tx, upTo, batchSize, false); err != nil {
 		return 0, err
 	}
 	return n, nil
-}
-
-func rebuild(ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx, upTo eventstore.Cursor, batchSize int) ([]projector, error) {
-	procs := newProjectors()
-	var live string
-	if err := tx.QueryRow(ctx, `SELECT current_schema()`).Scan(&live); err != nil {
-		return nil, err
-	}
-	stmts := []string{
-		`DROP SCHEMA IF EXISTS ` + replaySchema + ` CASCADE`,
-		`CREATE SCHEMA ` + replaySchema,
-	}
-	for _, p := range procs {
-		for _, t := range p.Tables() {
-			stmts = append(stmts, fmt.Sprintf(`CREATE UNLOGGED TABLE %s.%s (LIKE %s.%s INCLUDING ALL)`, replaySchema, t, pgx.Identifier{live}.Sanitize(), t))
-		}
-	}
-	// Unqualified names now resolve to the rebuilt tables first; the events
-	// table exists only in the live schema.
-	stmts = append(stmts, fmt.Sprintf(`SET LOCAL search_path TO %s, %s`, replaySchema, pgx.Identifier{live}.Sanitize()))
-	for _, s := range stmts {
-		if _, err := tx.Exec(ctx, s); err != nil {
-			return nil, fmt.Errorf("preparing the replay: %w", err)
-		}
-	}
-	if upTo == (eventstore.Cursor{}) {
-		return procs, nil
-	}
-	// Reading and decoding the next batch (on another connection: events
-	// never change) overlaps with projecting this one.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	batches := make(chan fetched, 2)
-	go prefetch(ctx, pool, upTo, batchSize, batches)
-	for f := range batches {
-		if f.err != nil {
-			return nil, f.err
-		}
-		if err := project(ctx, tx, procs, f.batch); err != nil {
-			return nil, err
-		}
-	}
-	return procs, ctx.Err()
 }
 
 type fetched struct {
@@ -206,7 +149,7 @@ func prefetch(ctx context.Context, pool *pgxpool.Pool, upTo eventstore.Cursor, b
 		if len(events) == 0 {
 			return
 		}
-		batch, err := decodeBatch(order.apply(events))
+		batch, err := decodeParallel(order.apply(events))
 		select {
 		case out <- fetched{batch: batch, err: err}:
 		case <-ctx.Done():
@@ -254,14 +197,11 @@ func tableHashes(ctx context.Context, tx pgx.Tx, qualified string, pk []string) 
 	})
 }
 
-func compareTable(ctx context.Context, tx pgx.Tx, table string) (TableReport, error) {
+// compareTable compares the live table (in schema live) with its rebuild
+// (in schema rebuilt).
+func compareTable(ctx context.Context, tx pgx.Tx, live, rebuilt, table string) (TableReport, error) {
 	rep := TableReport{Table: table}
-	var live string
-	if err := tx.QueryRow(ctx, `SELECT nspname FROM pg_namespace WHERE oid = (SELECT relnamespace FROM pg_class WHERE oid = $1::regclass)`,
-		"events").Scan(&live); err != nil {
-		return rep, err
-	}
-	pk, err := primaryKey(ctx, tx, replaySchema+"."+table)
+	pk, err := primaryKey(ctx, tx, pgx.Identifier{rebuilt, table}.Sanitize())
 	if err != nil {
 		return rep, err
 	}
@@ -269,7 +209,7 @@ func compareTable(ctx context.Context, tx pgx.Tx, table string) (TableReport, er
 	if err != nil {
 		return rep, err
 	}
-	b, err := tableHashes(ctx, tx, pgx.Identifier{replaySchema, table}.Sanitize(), pk)
+	b, err := tableHashes(ctx, tx, pgx.Identifier{rebuilt, table}.Sanitize(), pk)
 	if err != nil {
 		return rep, err
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -38,6 +37,8 @@ type versioned struct {
 	keyOrder []string
 	open     map[string]map[string]*versionedRow
 	rows     []*versionedRow
+	// copyBuf is kept from one COPY to the next (copyBinary).
+	copyBuf []byte
 }
 
 type versionedClose struct {
@@ -182,7 +183,7 @@ func (v *versioned) flush(ctx context.Context, tx pgx.Tx) error {
 	if len(v.rows) == 0 {
 		return nil
 	}
-	// New rows never conflict: they go in with COPY (binary: UUIDs as bytes).
+	// New rows never conflict: they go in with COPY.
 	all := append(append(append([]string{}, v.scope...), v.key, "from_number", "to_number"), v.cols...)
 	types := append(append(append([]string{}, v.scopeTypes...), "text", "integer", "integer"), v.types...)
 	rows := make([][]any, len(v.rows))
@@ -195,20 +196,7 @@ func (v *versioned) flush(ctx context.Context, tx pgx.Tx) error {
 		} else {
 			row = append(row, nil)
 		}
-		row = append(row, r.vals...)
-		for i, typ := range types {
-			if s, ok := row[i].(string); ok && typ == "uuid" {
-				u, err := uuid.Parse(s)
-				if err != nil {
-					return fmt.Errorf("writing %s: column %s: %w", v.name, all[i], err)
-				}
-				row[i] = [16]byte(u)
-			}
-		}
-		rows[j] = row
+		rows[j] = append(row, r.vals...)
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{v.name}, all, pgx.CopyFromRows(rows)); err != nil {
-		return fmt.Errorf("writing %s: %w", v.name, err)
-	}
-	return nil
+	return copyBinary(ctx, tx, &v.copyBuf, v.name, all, types, rows)
 }

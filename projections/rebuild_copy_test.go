@@ -1,0 +1,78 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nebulactrl/nebulactrl/internal/testenv/pgtest"
+)
+
+// The projections encode COPY's binary format themselves (copyBinary): every
+// value of every column type they use must arrive as pgx's own INSERT writes
+// it, and a value it does not know must still be written (through pgx).
+func TestCopyBinaryWritesWhatAnInsertWrites(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	cols := []string{"k", "u", "t", "j", "b8", "i4", "i2", "ok", "at"}
+	types := []string{"integer", "uuid", "text", "jsonb", "bigint", "integer", "smallint", "boolean", "timestamptz"}
+	for _, name := range []string{"copied", "inserted"} {
+		_, err := pool.Exec(ctx, `CREATE TABLE `+name+` (k integer PRIMARY KEY, u uuid, t text, j jsonb, b8 bigint, i4 integer, i2 smallint, ok boolean, at timestamptz)`)
+		require.NoError(t, err)
+	}
+	at := time.Date(2026, 12, 2, 13, 4, 5, 123456789, time.FixedZone("CET", 3600))
+	old := time.Date(1969, 7, 20, 20, 17, 40, 999_999_999, time.UTC)
+	u := uuid.New()
+	rows := [][]any{
+		{1, u.String(), "grüße\tand\nlines\\", `{"a": [1, "x"]}`, int64(1) << 40, int32(-7), int16(300), true, at},
+		{2, [16]byte(u), "", json.RawMessage(`null`), 9, -2147483648, int16(-32768), false, old},
+		{3, nil, nil, nil, nil, nil, nil, nil, nil},
+		{4, u, "x", []byte(`{"b":true}`), int64(-1), 2147483647, 32767, true, time.Unix(0, 0)},
+	}
+	// A value the encoder does not take (float64 for an integer): the whole
+	// COPY goes through pgx instead, with the same rows.
+	fallback := [][]any{{5, u.String(), "f", `[]`, 1.0, 2, 3, true, at}}
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	var scratch []byte
+	require.NoError(t, copyBinary(ctx, tx, &scratch, "copied", cols, types, rows))
+	require.NotZero(t, cap(scratch), "the buffer is kept for the next COPY")
+	require.NoError(t, copyBinary(ctx, tx, &scratch, "copied", cols, types, fallback))
+	for _, r := range append(append([][]any{}, rows...), fallback...) {
+		_, err := tx.Exec(ctx, `INSERT INTO inserted VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, r...)
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit(ctx))
+
+	var differ int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM (
+		(SELECT * FROM copied EXCEPT SELECT * FROM inserted) UNION ALL (SELECT * FROM inserted EXCEPT SELECT * FROM copied)) d`).Scan(&differ))
+	require.Zero(t, differ)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM copied`).Scan(&n))
+	require.Equal(t, 5, n)
+	var got time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT at FROM copied WHERE k = 1`).Scan(&got))
+	require.True(t, got.Equal(at.Truncate(time.Microsecond)), "%s", got)
+
+	// A value that is no UUID in a uuid column is an error naming the table.
+	tx, err = pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	err = copyBinary(ctx, tx, &scratch, "copied", cols, types, [][]any{{6, "not-a-uuid", "", nil, nil, nil, nil, nil, nil}})
+	require.ErrorContains(t, err, "copied")
+}
+
+// rowKey writes the key types directly; the keys must stay apart and an
+// integer must give the key it gave through fmt.
+func TestRowKeys(t *testing.T) {
+	require.Equal(t, "abc", rowKey([]any{"abc"}))
+	require.Equal(t, "a\x00b", rowKey([]any{"a", "b"}))
+	require.Equal(t, "7\x00-3\x0012\x001", rowKey([]any{7, int64(-3), int32(12), int16(1)}))
+	require.Equal(t, "true\x00x", rowKey([]any{true, "x"}))
+}
