@@ -303,9 +303,10 @@ func (l *Link) Fetch(ctx context.Context, envID string, revision int) (transport
 	if revision < 1 {
 		return transport.DesiredState{}, fmt.Errorf("revision %d of %s: %w", revision, envID, projections.ErrNoRevision)
 	}
-	// A revision records what changed; the agent gets the whole document,
-	// rebuilt and checked against the hash the revision recorded.
-	rev, err := projections.DocumentAt(ctx, l.cfg.Pool, envID, revision)
+	// A revision records what changed; the agent gets the whole document:
+	// the one this process compiled when it is that revision, else rebuilt
+	// and checked against the hash the revision recorded.
+	rev, err := projections.DocumentForDelivery(ctx, l.cfg.Pool, envID, revision)
 	if err != nil {
 		return transport.DesiredState{}, fmt.Errorf("revision %d of %s: %w", revision, envID, err)
 	}
