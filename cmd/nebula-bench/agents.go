@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -37,7 +36,6 @@ import (
 	"github.com/nebulactrl/nebulactrl/internal/dispatch"
 	"github.com/nebulactrl/nebulactrl/internal/pgcluster"
 	"github.com/nebulactrl/nebulactrl/internal/seal"
-	"github.com/nebulactrl/nebulactrl/internal/server"
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -100,19 +98,26 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 	}
 	key, _ := seal.GenerateMasterKey()
 	cfg := config.Config{DatabaseURL: cluster.URL("agents"), SecretKey: key, Listen: "127.0.0.1:0", PublicURL: "https://127.0.0.1", LogLevel: "error", TLSCert: certFile, TLSKey: keyFile}
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	ready := make(chan string, 1)
-	go func() {
-		err := server.Run(sctx, cfg, server.Options{Version: "bench", Logger: slog.New(slog.DiscardHandler), Ready: func(a string) { ready <- a }})
-		if err != nil && sctx.Err() == nil {
-			log.Printf("control plane: %v", err)
-		}
-	}()
-	addr := <-ready
-	url := "https://" + addr
-
 	n := f.agents
+	// Each process holds a socket per agent: this one the control plane's
+	// side of n + 500 (the fan-out project's), the children theirs.
+	fdLimit := fileLimit()
+	if need := uint64(n + 500 + 1000); fdLimit < need {
+		return nil, fmt.Errorf("agents: %d agents need about %d open files in this process and in the agents' (the limit is %d; raise the hard limit, ulimit -Hn)", n, need, fdLimit)
+	}
+	p, err := startPlane(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { p.stop() }()
+	// The restart of the reconnect storm listens on the same address.
+	cfg.Listen = p.addr
+	url := "https://" + p.addr
+	token, hc, err := apiToken(ctx, url, roots)
+	if err != nil {
+		return nil, err
+	}
+
 	log.Printf("agents: creating %d clusters, environments and servers", n)
 	envs, creds, err := provision(ctx, pool, url, roots, n)
 	if err != nil {
@@ -215,9 +220,18 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+
+	storm, err := stormRow(ctx, cfg, &p, got, envs, got.snapshot(envs), url, token, hc)
+	if err != nil {
+		return nil, err
+	}
+	fanout, err := fanoutRow(ctx, f, url, dir, certFile, roots, pool)
+	if err != nil {
+		return nil, err
+	}
 	return []result{
 		{name: fmt.Sprintf("server memory per idle agent connection (%d agents over TLS, heap and stacks after GC)", n),
-			measured: fmt.Sprintf("%.1f KiB (the process's RSS grew %.1f KiB per connection; %.0f MiB in all)", perConn/1024, rssPerConn/1024, float64(rssAfter)/(1<<20)),
+			measured: fmt.Sprintf("%.1f KiB (the process's RSS grew %.1f KiB per connection; %.0f MiB in all; open-file limit %d in each process)", perConn/1024, rssPerConn/1024, float64(rssAfter)/(1<<20), fdLimit),
 			baseline: "–", ratio: "–", target: "≤ 32 KiB",
 			verdict: verdict(perConn <= 32*1024, fmt.Sprintf("%.1f KiB over", perConn/1024-32))},
 		// What the operator waits for: from the first of the commands to the
@@ -229,6 +243,7 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 		{name: "command accepted → agent holds the new revision (loopback)",
 			measured: fmt.Sprintf("p50 %s, p99 %s (%d changes)", p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), len(lat)),
 			baseline: "–", ratio: "–", target: "p99 ≤ 100 ms", verdict: verdict(p99 <= 100*time.Millisecond, fmt.Sprintf("p99 %s over", (p99-100*time.Millisecond).Round(time.Millisecond)))},
+		storm, fanout,
 	}, nil
 }
 
@@ -298,20 +313,12 @@ func provision(ctx context.Context, pool *pgxpool.Pool, url string, roots *x509.
 				return
 			}
 			envs[i] = benchEnv{id: env, org: org, project: project, service: svc}
-			var reg transport.RegisterResponse
-			for attempt := 0; attempt < 50; attempt++ {
-				// The join token is readable once the projections have it.
-				reg, err = transport.Register(ctx, url, tlsCfg, transport.RegisterRequest{JoinToken: joinToken, Name: "agent-0"})
-				if err == nil {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			cred, err := registerAgent(ctx, url, tlsCfg, joinToken)
 			if err != nil {
 				fail(err)
 				return
 			}
-			creds[i] = agentCred{Env: env, Credential: reg.Credential}
+			creds[i] = agentCred{Env: env, Credential: cred}
 		}()
 	}
 	wg.Wait()
@@ -324,14 +331,17 @@ func provision(ctx context.Context, pool *pgxpool.Pool, url string, roots *x509.
 // received collects "env revision unixnano" lines from the child: for each
 // environment, when the agent first held each revision or a newer one.
 type received struct {
-	mu   sync.Mutex
-	at   map[string]map[int]time.Time
-	max  map[string]int
-	cond chan struct{}
+	mu  sync.Mutex
+	at  map[string]map[int]time.Time
+	max map[string]int
+	// welcomed is when each environment's agent was last welcomed ("W env
+	// unixnano" lines).
+	welcomed map[string]time.Time
+	cond     chan struct{}
 }
 
 func newReceived() *received {
-	return &received{at: map[string]map[int]time.Time{}, max: map[string]int{}, cond: make(chan struct{}, 1)}
+	return &received{at: map[string]map[int]time.Time{}, max: map[string]int{}, welcomed: map[string]time.Time{}, cond: make(chan struct{}, 1)}
 }
 
 func (r *received) read(out io.Reader) {
@@ -340,6 +350,15 @@ func (r *received) read(out io.Reader) {
 		var env string
 		var rev int
 		var ns int64
+		if w, ok := strings.CutPrefix(sc.Text(), "W "); ok {
+			if n, _ := fmt.Sscanf(w, "%s %d", &env, &ns); n == 2 {
+				r.mu.Lock()
+				r.welcomed[env] = time.Unix(0, ns)
+				r.mu.Unlock()
+				r.wake()
+			}
+			continue
+		}
 		if n, _ := fmt.Sscanf(sc.Text(), "%s %d %d", &env, &rev, &ns); n != 3 {
 			continue
 		}
@@ -350,9 +369,52 @@ func (r *received) read(out io.Reader) {
 		r.at[env][rev] = time.Unix(0, ns)
 		r.max[env] = max(r.max[env], rev)
 		r.mu.Unlock()
+		r.wake()
+	}
+}
+
+func (r *received) wake() {
+	select {
+	case r.cond <- struct{}{}:
+	default:
+	}
+}
+
+// welcomedSince says whether the environment's agent was welcomed after t
+// and holds revision rev or a newer one.
+func (r *received) welcomedSince(env string, t time.Time, rev int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.welcomed[env].After(t) && r.max[env] >= rev
+}
+
+// welcomeAt is when the environment's agent was last welcomed.
+func (r *received) welcomeAt(env string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.welcomed[env]
+}
+
+// waitWelcomed waits until every environment's agent was welcomed after t
+// and holds its revision in base (or a newer one).
+func (r *received) waitWelcomed(envs []benchEnv, t time.Time, base map[string]int, timeout time.Duration) bool {
+	deadline := time.After(timeout)
+	for {
+		done := true
+		for _, e := range envs {
+			if !r.welcomedSince(e.id, t, base[e.id]) {
+				done = false
+				break
+			}
+		}
+		if done {
+			return true
+		}
 		select {
-		case r.cond <- struct{}{}:
-		default:
+		case <-r.cond:
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			return false
 		}
 	}
 }
@@ -427,15 +489,32 @@ func childAgents(credFile, url, caFile string) error {
 	var mu sync.Mutex
 	tlsCfg := &tls.Config{RootCAs: roots, ClientSessionCache: tls.NewLRUClientSessionCache(len(creds))}
 	ctx := context.Background()
+	// applied is what each agent applied: its hello says so, as a real
+	// agent's does (reconnected, it is sent only what is newer).
+	applied := map[string]int{}
 	for _, c := range creds {
 		cl, err := transport.NewClient(transport.ClientConfig{
 			URL: url, Credential: c.Credential, TLS: tlsCfg,
 			Hello: func(context.Context) transport.Hello {
-				return transport.Hello{Protocol: transport.ProtocolVersion, Version: "1.0.0", Arch: runtime.GOARCH, Applied: map[string]int{}}
+				mu.Lock()
+				defer mu.Unlock()
+				have := map[string]int{}
+				if rev := applied[c.Env]; rev > 0 {
+					have[c.Env] = rev
+				}
+				return transport.Hello{Protocol: transport.ProtocolVersion, Version: "1.0.0", Arch: runtime.GOARCH, Applied: have}
+			},
+			OnConnected: func(transport.Welcome) {
+				now := time.Now().UnixNano()
+				mu.Lock()
+				fmt.Fprintf(out, "W %s %d\n", c.Env, now)
+				out.Flush()
+				mu.Unlock()
 			},
 			Apply: func(ctx context.Context, ds transport.DesiredState) transport.Ack {
 				now := time.Now().UnixNano()
 				mu.Lock()
+				applied[ds.EnvironmentID] = max(applied[ds.EnvironmentID], ds.Revision)
 				fmt.Fprintf(out, "%s %d %d\n", ds.EnvironmentID, ds.Revision, now)
 				out.Flush()
 				mu.Unlock()

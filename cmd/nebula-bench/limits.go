@@ -20,6 +20,7 @@ func raiseFileLimit() {
 		return
 	}
 	if l.Cur >= l.Max {
+		log.Printf("file-descriptor limit: %d (already the hard limit)", l.Cur)
 		return
 	}
 	was := l.Cur
@@ -29,6 +30,16 @@ func raiseFileLimit() {
 		return
 	}
 	log.Printf("file-descriptor limit raised from %d to %d (the hard limit) for the simulated agents", was, l.Max)
+}
+
+// fileLimit is this process's open-file limit now (0 when it cannot be
+// read).
+func fileLimit() uint64 {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0
+	}
+	return l.Cur
 }
 
 // rss is this process's resident set size in bytes (/proc/self/status

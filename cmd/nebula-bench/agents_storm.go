@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/nebulactrl/nebulactrl/internal/config"
+	"github.com/nebulactrl/nebulactrl/internal/server"
+)
+
+// plane is a control plane (nebula serve) running in this process; stop
+// shuts it down and waits for it to end.
+type plane struct {
+	addr string
+	stop func()
+}
+
+// startPlane starts a control plane on cfg.Listen and waits until it
+// listens.
+func startPlane(ctx context.Context, cfg config.Config) (*plane, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- server.Run(sctx, cfg, server.Options{Version: "bench", Logger: slog.New(slog.DiscardHandler), ShutdownTimeout: 5 * time.Second,
+			Ready: func(a string) { ready <- a }})
+	}()
+	select {
+	case a := <-ready:
+		return &plane{addr: a, stop: func() {
+			cancel()
+			if err := <-done; err != nil {
+				log.Printf("control plane stopped: %v", err)
+			}
+		}}, nil
+	case err := <-done:
+		cancel()
+		return nil, fmt.Errorf("starting the control plane: %w", err)
+	}
+}
+
+// apiToken sets up the first user and organisation (acme) through the API
+// and returns the user's token: the storm's API reads are a user's.
+func apiToken(ctx context.Context, url string, roots *x509.CertPool) (string, *http.Client, error) {
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, MaxIdleConnsPerHost: 4}}
+	body := `{"email":"bench@example.com","password":"correct horse battery staple","organisation":"acme"}`
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/api/v1/setup", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", nil, fmt.Errorf("agents: setting up the first user: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		return "", nil, fmt.Errorf("agents: setup answered %d: %s", resp.StatusCode, raw)
+	}
+	var out struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return "", nil, fmt.Errorf("agents: setup's answer: %w", err)
+	}
+	return out.Token, hc, nil
+}
+
+// apiReads issues GET /api/v1/orgs/acme/projects one after another until
+// stop is closed, and returns the latencies of the reads answered 200 and
+// how many were not (refused while the control plane was down, or another
+// status).
+func apiReads(ctx context.Context, hc *http.Client, url, token string, stop <-chan struct{}) (lat []time.Duration, failed int) {
+	for {
+		select {
+		case <-stop:
+			return lat, failed
+		default:
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/api/v1/orgs/acme/projects", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		t0 := time.Now()
+		resp, err := hc.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		if err != nil || resp.StatusCode != http.StatusOK {
+			failed++
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		lat = append(lat, time.Since(t0))
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stormRow drops every agent at once by restarting the control plane (the
+// same address, a new process state: new TLS session keys, so every agent
+// makes a full handshake), and measures the time from the drop until every
+// agent said hello again and holds its latest revision (base), while a
+// user's API reads run.
+func stormRow(ctx context.Context, cfg config.Config, p **plane, got *received, envs []benchEnv, base map[string]int, url, token string, hc *http.Client) (result, error) {
+	n := len(envs)
+	log.Printf("agents: reconnect storm: restarting the control plane under %d agents", n)
+	stopReads := make(chan struct{})
+	var lat []time.Duration
+	var failed int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); lat, failed = apiReads(ctx, hc, url, token, stopReads) }()
+	dropped := time.Now()
+	(*p).stop()
+	down := time.Since(dropped)
+	np, err := startPlane(ctx, cfg)
+	if err != nil {
+		close(stopReads)
+		wg.Wait()
+		return result{}, err
+	}
+	*p = np
+	up := time.Since(dropped)
+	readsFrom := len(lat)
+	ok := got.waitWelcomed(envs, dropped, base, 180*time.Second)
+	close(stopReads)
+	wg.Wait()
+	if !ok {
+		missing := 0
+		for _, e := range envs {
+			if !got.welcomedSince(e.id, dropped, base[e.id]) {
+				missing++
+			}
+		}
+		return result{}, fmt.Errorf("agents: %d of %d agents had not connected again with their latest revision 180 s after the restart", missing, n)
+	}
+	var converged time.Time
+	for _, e := range envs {
+		if t := got.welcomeAt(e.id); t.After(converged) {
+			converged = t
+		}
+	}
+	total := converged.Sub(dropped)
+	after := lat
+	_ = readsFrom
+	sort.Slice(after, func(i, j int) bool { return after[i] < after[j] })
+	p99 := time.Duration(0)
+	if len(after) > 0 {
+		p99 = after[len(after)*99/100]
+	}
+	return result{
+		name: fmt.Sprintf("reconnect storm: the control plane restarted under %d agents, until every agent is connected again and holds its latest revision (backoff 1 s doubling, ±50 %% jitter)", n),
+		measured: fmt.Sprintf("%s (the old process took %s to stop, the new one listened %s after the drop); API reads meanwhile: p99 %s over %d answered, %d not answered (while no process listened)",
+			total.Round(time.Millisecond), down.Round(time.Millisecond), up.Round(time.Millisecond), p99.Round(100*time.Microsecond), len(after), failed),
+		baseline: "–", ratio: "–", target: "≤ 60 s",
+		verdict: verdict(total <= 60*time.Second, fmt.Sprintf("%s over", (total-60*time.Second).Round(time.Millisecond))),
+	}, nil
+}
+
+// fanoutRow provisions a project of 500 environments, each on a cluster of
+// its own with an agent (a second child process), and measures one change
+// to the project's service (every environment recompiled), from the command
+// to the 500th agent holding its new revision.
+func fanoutRow(ctx context.Context, f flags, url, dir, certFile string, roots *x509.CertPool, pool *pgxpool.Pool) (result, error) {
+	const size = 500
+	log.Printf("agents: a project of %d environments, each on its own cluster", size)
+	envs, creds, fe, err := provisionProject(ctx, pool, url, roots, size)
+	if err != nil {
+		return result{}, err
+	}
+	credFile := dir + "/fanout-creds.json"
+	b, _ := json.Marshal(creds)
+	if err := os.WriteFile(credFile, b, 0o600); err != nil {
+		return result{}, err
+	}
+	child := exec.CommandContext(ctx, os.Args[0], "-child-agents", credFile, "-child-url", url, "-child-ca", certFile)
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		return result{}, err
+	}
+	if err := child.Start(); err != nil {
+		return result{}, err
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	got := newReceived()
+	go got.read(out)
+	if !got.waitBeyond(envs, map[string]int{}, 120*time.Second) {
+		return result{}, fmt.Errorf("agents: not every agent of the %d-environment project received its first revision", size)
+	}
+	time.Sleep(time.Second)
+	base := got.snapshot(envs)
+	t0 := time.Now()
+	if err := changeService(ctx, fe); err != nil {
+		return result{}, err
+	}
+	accepted := time.Since(t0)
+	if !got.waitBeyond(envs, base, 120*time.Second) {
+		return result{}, fmt.Errorf("agents: not every agent of the %d-environment project received the change", size)
+	}
+	var first, last time.Time
+	for _, e := range envs {
+		t := got.heldAt(e.id, base[e.id])
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+		if t.After(last) {
+			last = t
+		}
+	}
+	total := last.Sub(t0)
+	return result{
+		name: fmt.Sprintf("one change to a project of %d environments, each on its own cluster (a service deleted: every one recompiled, every document changed), command → the %dth agent holds its revision (%d other agents connected)", size, size, f.agents),
+		measured: fmt.Sprintf("%s (the command was accepted in %s; the first agent held its revision %s after the command)",
+			total.Round(time.Millisecond), accepted.Round(time.Millisecond), first.Sub(t0).Round(time.Millisecond)),
+		baseline: "–", ratio: "–", target: "≤ 3 s",
+		verdict: verdict(total <= 3*time.Second, fmt.Sprintf("%s over", (total-3*time.Second).Round(time.Millisecond))),
+	}, nil
+}
