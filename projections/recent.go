@@ -105,3 +105,10 @@ func DocumentForDelivery(ctx context.Context, q eventstore.Querier, envID string
 	}
 	return DocumentAt(ctx, q, envID, n)
 }
+
+// CompiledDocument is DocumentForDelivery's document alone, for the
+// reactions (which read the revision each change compiled).
+func CompiledDocument(ctx context.Context, q eventstore.Querier, envID string, n int) (desiredstate.Document, error) {
+	rev, err := DocumentForDelivery(ctx, q, envID, n)
+	return rev.Document, err
+}

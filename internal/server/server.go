@@ -305,7 +305,7 @@ func (c *components) connectAgents(cfg config.Config, opts Options, log *slog.Lo
 	if opts.OnLink != nil {
 		opts.OnLink(c.link)
 	}
-	c.react, err = reactions.New(reactions.Config{Store: c.store, Commands: c.cmd, Logger: log, Now: opts.Now, Documents: projections.Document,
+	c.react, err = reactions.New(reactions.Config{Store: c.store, Commands: c.cmd, Logger: log, Now: opts.Now, Documents: projections.CompiledDocument,
 		Reads: reads, ApprovalTTL: cfg.ApprovalTTL, StallTimeout: cfg.StallTimeout,
 		Upgrades: reactions.Upgrades{Version: opts.Version, Timeout: cfg.AgentUpgradeTimeout,
 			Sender: upgradeSender{c.link}, Offline: agentlink.ErrServerOffline, Binaries: c.link, Leases: query.ServerLease}})
