@@ -201,6 +201,16 @@ SELECT $1, CASE WHEN $2 = 0 OR EXISTS (SELECT 1 FROM events WHERE stream_id = $1
 FROM unnest($4::text[], $5::smallint[], $6::json[]) WITH ORDINALITY AS e(type, sv, payload, ord)
 RETURNING position, transaction_id::text::bigint`
 
+// insertEvent is insertEvents for the one event of most appends: the same
+// check, without the arrays to encode and unnest.
+const insertEvent = `
+INSERT INTO events (stream_id, stream_version, org_id, event_type, schema_version, payload,
+                    actor_kind, actor_id, actor_name, request_id, occurred_at, via)
+VALUES ($1, CASE WHEN $2 = 0 OR EXISTS (SELECT 1 FROM events WHERE stream_id = $1 AND stream_version = $2)
+                 THEN $2 + 1 END,
+        $3::uuid, $4, $5, $6::json, $7, $8, $9, $10, $11, $12)
+RETURNING position, transaction_id::text::bigint`
+
 // Appended is where an append left its stream and the log.
 type Appended struct {
 	// Version is the stream's new version.
@@ -299,18 +309,24 @@ func (s *Store) queueAppend(b *pgx.Batch, req AppendRequest, inTx bool) queued {
 		         SELECT scope, name, $3 FROM unnest($1::text[], $2::text[]) AS c(scope, name)`, scopes, names, req.StreamID)
 		statements.before++
 	}
-	types := make([]string, len(req.Records))
-	versions := make([]int16, len(req.Records))
-	payloads := make([]string, len(req.Records))
-	for i, r := range req.Records {
-		types[i], versions[i], payloads[i] = r.Type, int16(r.SchemaVersion), string(r.Payload)
-	}
 	var org any
 	if req.OrgID != "" {
 		org = req.OrgID
 	}
-	b.Queue(insertEvents, req.StreamID, req.ExpectedVersion, org, types, versions, payloads,
-		string(req.Actor.Kind), req.Actor.ID, req.Actor.Name, req.RequestID, req.OccurredAt, req.Via)
+	if len(req.Records) == 1 {
+		r := req.Records[0]
+		b.Queue(insertEvent, req.StreamID, req.ExpectedVersion, org, r.Type, int16(r.SchemaVersion), string(r.Payload),
+			string(req.Actor.Kind), req.Actor.ID, req.Actor.Name, req.RequestID, req.OccurredAt, req.Via)
+	} else {
+		types := make([]string, len(req.Records))
+		versions := make([]int16, len(req.Records))
+		payloads := make([]string, len(req.Records))
+		for i, r := range req.Records {
+			types[i], versions[i], payloads[i] = r.Type, int16(r.SchemaVersion), string(r.Payload)
+		}
+		b.Queue(insertEvents, req.StreamID, req.ExpectedVersion, org, types, versions, payloads,
+			string(req.Actor.Kind), req.Actor.ID, req.Actor.Name, req.RequestID, req.OccurredAt, req.Via)
+	}
 	if inTx {
 		b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprintf("%s@%d", req.StreamID, req.ExpectedVersion+len(req.Records)))
 		statements.after++

@@ -108,7 +108,7 @@ func benchAppends(ctx context.Context, pool *pgxpool.Pool, f flags, perTx int) (
 		}
 		raw = append(raw, r*float64(perTx))
 	}
-	name, target, bar := "single-event appends, 8 writers (events/s)", "≥ 70 % of raw", 0.70
+	name, target, bar := "single-event appends, 8 writers (events/s)", "≥ 85 % of raw", 0.85
 	if perTx > 1 {
 		name, target, bar = "100-event appends, 8 writers (events/s)", "≥ 50 % of raw", 0.50
 	}
