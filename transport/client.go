@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -83,6 +84,10 @@ type Client struct {
 	// cur is the connection that has been welcomed, nil between them.
 	mu  sync.Mutex
 	cur *conn
+	// sleep waits between attempts (false: ctx ended) and randN draws the
+	// jitter in [0, n): a clock and a source the tests replace.
+	sleep func(ctx context.Context, d time.Duration) bool
+	randN func(n int64) int64
 }
 
 // ErrOffline means the agent is not connected to the control plane now.
@@ -171,7 +176,43 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Leader == nil {
 		cfg.Leader = func() bool { return true }
 	}
-	return &Client{cfg: cfg}, nil
+	return &Client{cfg: cfg, sleep: sleepCtx, randN: rand.Int64N}, nil
+}
+
+// ErrBusy is wrapped by a connect the control plane answered 503 with a
+// Retry-After: it is admitting as many agents as it takes at once (after a
+// restart, every agent comes back together). The agent waits what it was
+// told, spread over as long again, before it tries again.
+var ErrBusy = errors.New("the control plane is admitting other agents")
+
+type busyError struct{ after time.Duration }
+
+func (e *busyError) Error() string { return fmt.Sprintf("%v: retry in %s", ErrBusy, e.after) }
+func (e *busyError) Unwrap() error { return ErrBusy }
+
+// retryAfter reads a Retry-After header in seconds (0 when absent or not a
+// number of seconds; an HTTP date is not used by the control plane).
+func retryAfter(h string) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(h))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
+
+// nextWait is how long to wait before the next attempt: backoff with
+// jitter, half of it to one and a half times it, so that thousands of
+// agents that lost the control plane at once do not come back in lockstep;
+// a busy control plane's Retry-After (capped at the longest backoff) spread over as long
+// again, when it is longer.
+func nextWait(backoff, most time.Duration, err error, randN func(int64) int64) time.Duration {
+	wait := time.Duration(randN(int64(backoff))) + backoff/2
+	var busy *busyError
+	if errors.As(err, &busy) {
+		after := min(busy.after, most)
+		wait = max(wait, after+time.Duration(randN(int64(after))))
+	}
+	return wait
 }
 
 func (c *Client) wsURL() string {
@@ -200,11 +241,9 @@ func (c *Client) Run(ctx context.Context) error {
 		if connected {
 			backoff = c.cfg.MinBackoff
 		}
-		// Full jitter: thousands of agents that lost the control plane at once
-		// must not come back in lockstep.
-		wait := time.Duration(rand.Int64N(int64(backoff))) + backoff/2
+		wait := nextWait(backoff, c.cfg.MaxBackoff, err, c.randN)
 		c.cfg.Logger.Warn("control plane link down, retrying", "err", err, "retry_in", wait.Round(time.Millisecond))
-		if !sleepCtx(ctx, wait) {
+		if !c.sleep(ctx, wait) {
 			return nil
 		}
 		backoff = min(backoff*2, c.cfg.MaxBackoff)
@@ -222,6 +261,11 @@ func (c *Client) session(ctx context.Context) (_ bool, err error) {
 		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 			return false, fmt.Errorf("%w: %s", ErrRefused, strings.TrimSpace(string(body)))
+		}
+		if resp != nil && resp.StatusCode == http.StatusServiceUnavailable {
+			if d := retryAfter(resp.Header.Get("Retry-After")); d > 0 {
+				return false, fmt.Errorf("dialing %s: %w", c.wsURL(), &busyError{after: d})
+			}
 		}
 		return false, fmt.Errorf("dialing %s: %w", c.wsURL(), err)
 	}

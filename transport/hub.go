@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -81,6 +83,15 @@ type HubConfig struct {
 	ReadTimeout time.Duration
 	// PingEvery is how often the hub pings (default 20 s).
 	PingEvery time.Duration
+	// MaxHandshakes bounds the connections between their upgrade request
+	// and their welcome (the credential's check, the hello, its recording),
+	// default 64. One more is answered 503 with a Retry-After of
+	// BusyRetryAfter (default 2 s, whole seconds), which the agent honours
+	// with jitter: when every agent comes back at once (the control plane
+	// restarted), they are admitted as fast as they can be, and the API
+	// keeps its share of the machine.
+	MaxHandshakes  int
+	BusyRetryAfter time.Duration
 }
 
 // Hub keeps the agents' connections and pushes them desired state.
@@ -95,6 +106,9 @@ type Hub struct {
 	pending map[*agentConn]struct{}
 	wg      sync.WaitGroup
 	ctx     context.Context
+	// handshakes are the connections between their upgrade request and
+	// their welcome (or their end).
+	handshakes atomic.Int64
 }
 
 type agentConn struct {
@@ -137,6 +151,12 @@ func NewHub(ctx context.Context, cfg HubConfig) (*Hub, error) {
 	if cfg.PingEvery == 0 {
 		cfg.PingEvery = 20 * time.Second
 	}
+	if cfg.MaxHandshakes <= 0 {
+		cfg.MaxHandshakes = 64
+	}
+	if cfg.BusyRetryAfter < time.Second {
+		cfg.BusyRetryAfter = 2 * time.Second
+	}
 	h := &Hub{cfg: cfg, conns: map[string]*agentConn{}, pending: map[*agentConn]struct{}{}, ctx: ctx}
 	// The read buffer is held for as long as the connection lasts: small
 	// (an agent's frames are heartbeats and acknowledgements; a larger one
@@ -159,6 +179,18 @@ func NewHub(ctx context.Context, cfg HubConfig) (*Hub, error) {
 
 // ServeHTTP authenticates and upgrades an agent's connection.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.handshakes.Add(1) > int64(h.cfg.MaxHandshakes) {
+		h.handshakes.Add(-1)
+		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.BusyRetryAfter/time.Second)))
+		http.Error(w, "the control plane is admitting other agents; retry later", http.StatusServiceUnavailable)
+		return
+	}
+	admitted := false
+	defer func() {
+		if !admitted {
+			h.handshakes.Add(-1)
+		}
+	}()
 	peer, err := h.cfg.Authenticate(r)
 	if errors.Is(err, ErrUnavailable) {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -181,6 +213,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	h.pending[ac] = struct{}{}
 	h.mu.Unlock()
+	admitted = true
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -191,6 +224,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Hub) serve(ac *agentConn) {
 	ctx := h.ctx
 	reason := h.handshake(ctx, ac)
+	h.handshakes.Add(-1)
 	h.mu.Lock()
 	delete(h.pending, ac)
 	h.mu.Unlock()

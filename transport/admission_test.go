@@ -1,0 +1,129 @@
+package transport_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/nebulactrl/nebulactrl/transport"
+)
+
+// The reconnect backoff doubles from MinBackoff to MaxBackoff with jitter
+// (half to one and a half times the backoff), and a 503's Retry-After is
+// waited, spread over as long again: agents dropped together (a restart)
+// come back spread out instead of in lockstep.
+func TestReconnectWaitsAreJitteredAndHonourRetryAfter(t *testing.T) {
+	var mu sync.Mutex
+	attempts := 0
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		attempts++
+		n := attempts
+		mu.Unlock()
+		if n <= 2 {
+			w.Header().Set("Retry-After", "3")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		http.Error(w, "broken", http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	c, err := transport.NewClient(transport.ClientConfig{URL: srv.URL, Credential: "good-1",
+		TLS:        srv.Client().Transport.(*http.Transport).TLSClientConfig,
+		MinBackoff: time.Second, MaxBackoff: 8 * time.Second,
+		Hello: func(context.Context) transport.Hello { return transport.Hello{Protocol: transport.ProtocolVersion} },
+		Apply: func(context.Context, transport.DesiredState) transport.Ack { return transport.Ack{} }})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var waits []time.Duration
+	// The jitter's draws, in order: the top (T) or the bottom (B) of their
+	// range; a 503's wait draws twice (the backoff's, then the spread's).
+	draws := "TBBTBTBT"
+	draw := 0
+	transport.SetClock(c, func(ctx context.Context, d time.Duration) bool {
+		waits = append(waits, d)
+		if len(waits) == 6 {
+			cancel()
+			return false
+		}
+		return true
+	}, func(n int64) int64 {
+		top := draws[draw%len(draws)] == 'T'
+		draw++
+		if top {
+			return n - 1
+		}
+		return 0
+	})
+	require.NoError(t, c.Run(ctx))
+	require.Len(t, waits, 6)
+	s := time.Second
+	// Busy: the backoff's draw (under 1.5 s, then under 3 s) is shorter
+	// than the 3 s asked for, which is spread over 3..6 s.
+	require.Equal(t, 3*s, waits[0], "first 503: 3 s and the bottom of the spread")
+	require.Equal(t, 6*s-1, waits[1], "second 503: 3 s and the top of the spread")
+	// Not busy: backoff/2 + a draw in [0, backoff), the backoff doubling
+	// from 4 s (two failed attempts before) to the 8 s cap.
+	require.Equal(t, 2*s, waits[2], "backoff 4 s, bottom")
+	require.Equal(t, 12*s-1, waits[3], "backoff 8 s, top")
+	require.Equal(t, 4*s, waits[4], "backoff 8 s (the cap), bottom")
+	require.Equal(t, 12*s-1, waits[5], "backoff 8 s (the cap), top")
+}
+
+// A hub admitting as many connections as MaxHandshakes at once answers one
+// more 503 with its Retry-After, touching nothing; once a connection says
+// hello and is welcomed, its place is free again.
+func TestHubAnswersBusyBeyondItsHandshakes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &world{revs: map[string]int{}}
+	hub, err := transport.NewHub(ctx, transport.HubConfig{
+		Authenticate: func(r *http.Request) (transport.Peer, error) {
+			tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			return transport.Peer{ServerID: tok, ClusterID: "c1", Name: tok}, nil
+		},
+		Heads: w.heads, Fetch: w.fetch,
+		MaxHandshakes: 1, BusyRetryAfter: 3 * time.Second,
+	})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle(transport.ConnectPath, hub)
+	srv := httptest.NewTLSServer(mux)
+	defer srv.Close()
+	url := "wss" + strings.TrimPrefix(srv.URL, "https") + transport.ConnectPath
+	d := websocket.Dialer{TLSClientConfig: srv.Client().Transport.(*http.Transport).TLSClientConfig}
+	dial := func(cred string) (*websocket.Conn, *http.Response, error) {
+		return d.Dial(url, http.Header{"Authorization": {"Bearer " + cred}})
+	}
+
+	// The first connection holds the one place until its hello.
+	first, _, err := dial("good-1")
+	require.NoError(t, err)
+	defer first.Close()
+	_, resp, err := dial("good-2")
+	require.Error(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, "3", resp.Header.Get("Retry-After"))
+	require.Len(t, hub.Connected(), 1, "the refused connection is not kept")
+
+	hello, err := transport.Encode(transport.TypeHello, "", transport.Hello{Protocol: transport.ProtocolVersion, Version: "1.0.0", Arch: "amd64", Applied: map[string]int{}})
+	require.NoError(t, err)
+	require.NoError(t, first.WriteMessage(websocket.TextMessage, hello))
+	_, frame, err := first.ReadMessage()
+	require.NoError(t, err)
+	env, err := transport.Decode(frame)
+	require.NoError(t, err)
+	require.Equal(t, transport.TypeWelcome, env.Type)
+
+	second, _, err := dial("good-2")
+	require.NoError(t, err, "welcomed, the first connection no longer counts")
+	second.Close()
+}
