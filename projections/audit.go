@@ -107,9 +107,12 @@ func (a *audit) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
 	want := map[string][]string{}
 	for i, e := range batch {
 		entries[i] = domain.Audit(e.Data)
-		for kind, id := range targetsOf(entries[i]) {
-			if _, ok := a.names[kind+":"+id]; !ok {
-				want[kind] = append(want[kind], id)
+		for _, n := range targetsOf(entries[i]) {
+			if n.kind == "" {
+				continue
+			}
+			if _, ok := a.names[n.kind+":"+n.id]; !ok {
+				want[n.kind] = append(want[n.kind], n.id)
 			}
 		}
 	}
@@ -139,13 +142,17 @@ func (a *audit) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
 	return nil
 }
 
-// targetsOf lists the (kind, id) names an audit entry needs.
-func targetsOf(en domain.AuditEntry) map[string]string {
+// targetRef is a (kind, id) name an audit entry needs.
+type targetRef struct{ kind, id string }
+
+// targetsOf lists the names an audit entry needs (an empty kind is none);
+// an array, not a map: it runs for every event.
+func targetsOf(en domain.AuditEntry) [2]targetRef {
 	if en.TargetKind == "deployment-target" {
 		env, svc, _ := strings.Cut(en.TargetID, "/")
-		return map[string]string{"environment": env, "service": svc}
+		return [2]targetRef{{"environment", env}, {"service", svc}}
 	}
-	return map[string]string{en.TargetKind: en.TargetID}
+	return [2]targetRef{{en.TargetKind, en.TargetID}}
 }
 
 func (a *audit) targetName(en domain.AuditEntry) string {

@@ -156,6 +156,9 @@ func (w *rebuildWorker) run(ctx context.Context, pool *pgxpool.Pool, live, snaps
 			return fmt.Errorf("preparing the rebuild: %w", err)
 		}
 	}
+	if err := w.dropUnusedIndexes(ctx, tx, live); err != nil {
+		return err
+	}
 	for batch := range w.in {
 		if err := w.p.Project(ctx, tx, batch); err != nil {
 			return err
@@ -175,6 +178,44 @@ func (w *rebuildWorker) run(ctx context.Context, pool *pgxpool.Pool, live, snaps
 		}
 		w.report.Equal = w.report.Equal && tr.Equal
 		w.report.Tables = append(w.report.Tables, tr)
+	}
+	return nil
+}
+
+// rebuildSkipsIndexes are the live indexes the rebuilt tables go without:
+// they serve the API's reads, no statement of the projections uses them, and
+// a rebuild's tables are compared, never read (the comparison hashes whole
+// rows). Keeping them up cost a rebuild time on its largest tables; unique
+// indexes and primary keys stay (they are constraints the rows must meet),
+// and so do the indexes the projections' own statements find rows by.
+var rebuildSkipsIndexes = map[string][]string{
+	"audit_log":   {"audit_log_org"},
+	"deployments": {"deployments_open"},
+}
+
+// dropUnusedIndexes drops the rebuilt tables' copies of rebuildSkipsIndexes
+// (CREATE TABLE ... LIKE names its copies itself: they are found by what
+// they index).
+func (w *rebuildWorker) dropUnusedIndexes(ctx context.Context, tx pgx.Tx, live string) error {
+	for _, t := range w.p.Tables() {
+		for _, idx := range rebuildSkipsIndexes[t] {
+			var copied string
+			err := tx.QueryRow(ctx, `SELECT r.indexrelid::regclass::text FROM pg_index r, pg_index l
+				WHERE l.indexrelid = to_regclass($1) AND r.indrelid = $2::regclass AND NOT r.indisunique
+				AND r.indkey = l.indkey AND r.indclass = l.indclass
+				AND coalesce(pg_get_expr(r.indexprs, r.indrelid), '') = coalesce(pg_get_expr(l.indexprs, l.indrelid), '')
+				AND coalesce(pg_get_expr(r.indpred, r.indrelid), '') = coalesce(pg_get_expr(l.indpred, l.indrelid), '')`,
+				pgx.Identifier{live, idx}.Sanitize(), pgx.Identifier{w.schema, t}.Sanitize()).Scan(&copied)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // already gone from the live table: nothing to skip
+			}
+			if err != nil {
+				return fmt.Errorf("finding the rebuilt copy of index %s: %w", idx, err)
+			}
+			if _, err := tx.Exec(ctx, `DROP INDEX `+copied); err != nil {
+				return fmt.Errorf("dropping the rebuilt copy of index %s: %w", idx, err)
+			}
+		}
 	}
 	return nil
 }
