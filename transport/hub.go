@@ -125,7 +125,8 @@ type agentConn struct {
 	sent map[string]int
 	// recorded is what the agent's namespaces record as applied (its
 	// hello), for each environment until the first delivery decides whether
-	// the agent is ahead of this control plane and must be rewound.
+	// the agent is ahead of this control plane and must be rewound; nil
+	// when the hello recorded nothing.
 	recorded map[string]AppliedRevision
 	// builds says the agent runs builds (its hello); buildsSent is the
 	// last set of builds sent, so that the same set is not sent again.
@@ -209,7 +210,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := newConn(ws, h.cfg.ReadTimeout, h.cfg.PingEvery)
 	peer.Session = newSession()
-	ac := &agentConn{peer: &peer, c: c, auth: auth, sent: map[string]int{}, recorded: map[string]AppliedRevision{}}
+	ac := &agentConn{peer: &peer, c: c, auth: auth, sent: map[string]int{}}
 	h.mu.Lock()
 	h.pending[ac] = struct{}{}
 	h.mu.Unlock()
@@ -335,6 +336,9 @@ func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
 	}
 	for env, r := range hello.Recorded {
 		if r.Revision > 0 {
+			if ac.recorded == nil {
+				ac.recorded = map[string]AppliedRevision{}
+			}
 			ac.recorded[env] = r
 		}
 	}
