@@ -78,9 +78,10 @@ func TestReconnectWaitsAreJitteredAndHonourRetryAfter(t *testing.T) {
 	require.Equal(t, 12*s-1, waits[5], "backoff 8 s (the cap), top")
 }
 
-// A hub admitting as many connections as MaxHandshakes at once answers one
-// more 503 with its Retry-After, touching nothing; once a connection says
-// hello and is welcomed, its place is free again.
+// A hub admitting as many connections as MaxHandshakes at once makes one
+// more wait AdmitWait for a place, then answers 503 with its Retry-After,
+// touching nothing; once a connection says hello and is welcomed, its place
+// is free again.
 func TestHubAnswersBusyBeyondItsHandshakes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -91,7 +92,7 @@ func TestHubAnswersBusyBeyondItsHandshakes(t *testing.T) {
 			return transport.Peer{ServerID: tok, ClusterID: "c1", Name: tok}, nil
 		},
 		Heads: w.heads, Fetch: w.fetch,
-		MaxHandshakes: 1, BusyRetryAfter: 3 * time.Second,
+		MaxHandshakes: 1, AdmitWait: 100 * time.Millisecond, BusyRetryAfter: 3 * time.Second,
 	})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
@@ -108,8 +109,10 @@ func TestHubAnswersBusyBeyondItsHandshakes(t *testing.T) {
 	first, _, err := dial("good-1")
 	require.NoError(t, err)
 	defer first.Close()
+	t0 := time.Now()
 	_, resp, err := dial("good-2")
 	require.Error(t, err)
+	require.GreaterOrEqual(t, time.Since(t0), 100*time.Millisecond, "it waited for a place first")
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.Equal(t, "3", resp.Header.Get("Retry-After"))
 	// The first is listed once the hub has taken it in; the refused one

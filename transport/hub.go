@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -41,8 +41,10 @@ var ErrUnavailable = errors.New("credentials cannot be checked now")
 
 // HubConfig connects the hub to the rest of the control plane.
 type HubConfig struct {
-	// Authenticate checks the agent's credential on the upgrade request. The
-	// hub calls it again, with the same headers, when the hello arrives and
+	// Authenticate checks the agent's credential on the upgrade request (its
+	// Authorization header). The hub calls it again, with a request that
+	// keeps the method, path, remote address and that header, when the
+	// hello arrives and
 	// before every desired state it sends (those carry opened secrets): a
 	// credential revoked meanwhile gets nothing more. An error that wraps
 	// ErrUnavailable is not a refusal.
@@ -84,13 +86,17 @@ type HubConfig struct {
 	// PingEvery is how often the hub pings (default 20 s).
 	PingEvery time.Duration
 	// MaxHandshakes bounds the connections between their upgrade request
-	// and their welcome (the credential's check, the hello, its recording),
-	// default 64. One more is answered 503 with a Retry-After of
-	// BusyRetryAfter (default 2 s, whole seconds), which the agent honours
-	// with jitter: when every agent comes back at once (the control plane
-	// restarted), they are admitted as fast as they can be, and the API
-	// keeps its share of the machine.
+	// and their welcome (the credential's check, the hello, its recording:
+	// each a few round trips to the database), default 8: half the
+	// database pool of a control plane. One more waits up to AdmitWait
+	// (default 5 s, within the agent's 15 s for the upgrade) for a place,
+	// then is answered 503 with a Retry-After of BusyRetryAfter (default
+	// 2 s, whole seconds), which the agent honours with jitter. When every
+	// agent comes back at once (the control plane restarted), they are
+	// admitted as fast as the database records them, and the API keeps its
+	// share of the pool.
 	MaxHandshakes  int
+	AdmitWait      time.Duration
 	BusyRetryAfter time.Duration
 }
 
@@ -106,16 +112,18 @@ type Hub struct {
 	pending map[*agentConn]struct{}
 	wg      sync.WaitGroup
 	ctx     context.Context
-	// handshakes are the connections between their upgrade request and
-	// their welcome (or their end).
-	handshakes atomic.Int64
+	// admit holds a place for each connection between its upgrade request
+	// and its welcome (or its end).
+	admit chan struct{}
 }
 
 type agentConn struct {
 	peer *Peer
 	c    *conn
-	// auth is the upgrade request (its headers, with the hub's context), to
-	// check the credential again before anything secret is sent.
+	// auth is what the credential's checks need of the upgrade request (its
+	// method, path, remote address and Authorization header, with the hub's
+	// context), to check it again before anything secret is sent: kept for
+	// as long as the connection, so not the whole request.
 	auth *http.Request
 	// delivering makes one delivery to the connection at a time: a rewind
 	// and a newer revision go out in the order they were decided.
@@ -153,17 +161,20 @@ func NewHub(ctx context.Context, cfg HubConfig) (*Hub, error) {
 		cfg.PingEvery = 20 * time.Second
 	}
 	if cfg.MaxHandshakes <= 0 {
-		cfg.MaxHandshakes = 64
+		cfg.MaxHandshakes = 8
+	}
+	if cfg.AdmitWait <= 0 {
+		cfg.AdmitWait = 5 * time.Second
 	}
 	if cfg.BusyRetryAfter < time.Second {
 		cfg.BusyRetryAfter = 2 * time.Second
 	}
-	h := &Hub{cfg: cfg, conns: map[string]*agentConn{}, pending: map[*agentConn]struct{}{}, ctx: ctx}
+	h := &Hub{cfg: cfg, conns: map[string]*agentConn{}, pending: map[*agentConn]struct{}{}, ctx: ctx, admit: make(chan struct{}, cfg.MaxHandshakes)}
 	// The read buffer is held for as long as the connection lasts: small
 	// (an agent's frames are heartbeats and acknowledgements; a larger one
 	// is read through it in pieces). The write buffer is taken from a pool
 	// shared by every connection only while a frame is written.
-	h.upgrader = websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 4096, WriteBufferPool: &sync.Pool{}}
+	h.upgrader = websocket.Upgrader{ReadBufferSize: 512, WriteBufferSize: 4096, WriteBufferPool: &sync.Pool{}}
 	go func() {
 		<-ctx.Done()
 		h.mu.Lock()
@@ -180,8 +191,7 @@ func NewHub(ctx context.Context, cfg HubConfig) (*Hub, error) {
 
 // ServeHTTP authenticates and upgrades an agent's connection.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h.handshakes.Add(1) > int64(h.cfg.MaxHandshakes) {
-		h.handshakes.Add(-1)
+	if !h.admitted(r.Context()) {
 		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.BusyRetryAfter/time.Second)))
 		http.Error(w, "the control plane is admitting other agents; retry later", http.StatusServiceUnavailable)
 		return
@@ -189,7 +199,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	admitted := false
 	defer func() {
 		if !admitted {
-			h.handshakes.Add(-1)
+			<-h.admit
 		}
 	}()
 	peer, err := h.cfg.Authenticate(r)
@@ -202,8 +212,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
-	auth := r.Clone(h.ctx)
-	auth.Body = http.NoBody
+	auth := (&http.Request{Method: r.Method, URL: &url.URL{Path: r.URL.Path}, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
+		Header: http.Header{"Authorization": r.Header.Values("Authorization")}, Body: http.NoBody, Host: r.Host, RemoteAddr: r.RemoteAddr}).WithContext(h.ctx)
 	ws, err := h.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return
@@ -222,10 +232,30 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 }
 
+// admitted takes a place among the connections between upgrade and welcome,
+// waiting up to AdmitWait for one; false when none came free.
+func (h *Hub) admitted(ctx context.Context) bool {
+	select {
+	case h.admit <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(h.cfg.AdmitWait)
+	defer t.Stop()
+	select {
+	case h.admit <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
 func (h *Hub) serve(ac *agentConn) {
 	ctx := h.ctx
 	reason := h.handshake(ctx, ac)
-	h.handshakes.Add(-1)
+	<-h.admit
 	h.mu.Lock()
 	delete(h.pending, ac)
 	h.mu.Unlock()
