@@ -107,11 +107,11 @@ func (a *audit) Project(ctx context.Context, tx pgx.Tx, batch []Decoded) error {
 	want := map[string][]string{}
 	for i, e := range batch {
 		entries[i] = domain.Audit(e.Data)
+		if a.mem != nil {
+			continue // names are looked up in memory as the rows are made
+		}
 		for _, n := range targetsOf(entries[i]) {
-			if n.kind == "" {
-				continue
-			}
-			if _, ok := a.names[n.kind+":"+n.id]; !ok {
+			if _, ok := a.names[n.kind+":"+n.id]; !ok && n.kind != "" {
 				want[n.kind] = append(want[n.kind], n.id)
 			}
 		}
@@ -161,7 +161,7 @@ func (a *audit) targetName(en domain.AuditEntry) string {
 	}
 	if en.TargetKind == "deployment-target" {
 		env, svc, _ := strings.Cut(en.TargetID, "/")
-		s := a.names["service:"+svc]
+		s, _ := a.lookup("service", svc)
 		if i := strings.LastIndexByte(s, '/'); i >= 0 {
 			s = s[i+1:]
 		}
@@ -170,7 +170,20 @@ func (a *audit) targetName(en domain.AuditEntry) string {
 	return a.nameOr(en.TargetKind, en.TargetID)
 }
 
-func (a *audit) nameOr(kind, id string) string { return or(a.names[kind+":"+id], id) }
+func (a *audit) nameOr(kind, id string) string {
+	n, _ := a.lookup(kind, id)
+	return or(n, id)
+}
+
+// lookup returns the name resolved for (kind, id): in a rebuild from memory,
+// without building a key string per lookup.
+func (a *audit) lookup(kind, id string) (string, bool) {
+	if a.mem != nil {
+		return a.mem.names.cached(kind, id)
+	}
+	n, ok := a.names[kind+":"+id]
+	return n, ok
+}
 
 func or(s, fallback string) string {
 	if s == "" {
@@ -219,14 +232,6 @@ func (a *audit) resolve(ctx context.Context, tx pgx.Tx, want map[string][]string
 			}
 		}
 		if len(ids) == 0 {
-			continue
-		}
-		if a.mem != nil {
-			for _, id := range ids {
-				if name, ok := a.mem.names.name(kind, id); ok {
-					a.names[kind+":"+id] = name
-				}
-			}
 			continue
 		}
 		rows, err := tx.Query(ctx, q, ids)

@@ -30,6 +30,8 @@ type nameIndex struct {
 	projects, envs, services  map[string]owned // owner: the org, the project, the project
 	clusters, servers, tokens map[string]owned // owner: the org, the cluster, the user
 	deployments, changesets   map[string]placed
+	// found keeps the names found: a row, once made, stays.
+	found map[targetRef]string
 }
 
 // owned is a row's name and the id of the row its name is under.
@@ -44,17 +46,44 @@ func newNameIndex() *nameIndex {
 		projects: map[string]owned{}, envs: map[string]owned{}, services: map[string]owned{},
 		clusters: map[string]owned{}, servers: map[string]owned{}, tokens: map[string]owned{},
 		deployments: map[string]placed{}, changesets: map[string]placed{},
+		found: map[targetRef]string{},
 	}
 }
 
 // canonical is a UUID as PostgreSQL writes it; "" for what is no UUID (a
 // row with it could not have been written).
 func canonical(id string) string {
+	if isCanonical(id) {
+		return id
+	}
 	u, err := uuid.Parse(id)
 	if err != nil {
 		return ""
 	}
 	return u.String()
+}
+
+// isCanonical reports whether id is a UUID written as PostgreSQL writes it
+// (lower-case hex, hyphens at 8, 13, 18 and 23), as the ids the commands
+// make are: those need no parsing.
+func isCanonical(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		c := id[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // learn takes in the rows a batch makes that names are read from, before the
@@ -99,6 +128,18 @@ func (x *nameIndex) learn(batch []Decoded) {
 			}
 		}
 	}
+}
+
+// cached is name, each name found built once.
+func (x *nameIndex) cached(kind, id string) (string, bool) {
+	if n, ok := x.found[targetRef{kind, id}]; ok {
+		return n, true
+	}
+	n, ok := x.name(kind, id)
+	if ok {
+		x.found[targetRef{kind, id}] = n
+	}
+	return n, ok
 }
 
 // name answers nameQueries[kind] for id: found only when the query's joins
