@@ -165,6 +165,7 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 	// The burst: one new revision for every cluster at once.
 	log.Printf("agents: a burst of %d revisions", n)
 	base := got.snapshot(envs)
+	stopProfile := startPhaseProfile("burst")
 	start := time.Now()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -182,10 +183,13 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 	}
 	wg.Wait()
 	if err, ok := firstErr.Load().(error); ok {
+		stopProfile()
 		return nil, err
 	}
 	issued := time.Since(start)
-	if !got.waitBeyond(envs, base, 120*time.Second) {
+	ok := got.waitBeyond(envs, base, 120*time.Second)
+	stopProfile()
+	if !ok {
 		return nil, fmt.Errorf("not every agent received the burst")
 	}
 	// From the last revision recorded to the last agent holding it.
@@ -240,7 +244,7 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 			measured: fmt.Sprintf("%s (issuing the %d commands, 16 at a time, took %s; the last revision was recorded %s after the first command, the last agent held it %s later)",
 				burstTotal.Round(time.Millisecond), n, issued.Round(time.Millisecond), (burstTotal - afterRecorded).Round(time.Millisecond), afterRecorded.Round(time.Millisecond)),
 			baseline: "–", ratio: "–", target: "≤ 5 s", verdict: verdict(burstTotal <= 5*time.Second, fmt.Sprintf("%s over", (burstTotal-5*time.Second).Round(time.Millisecond)))},
-		{name: "command accepted → agent holds the new revision (loopback)",
+		{name: fmt.Sprintf("command accepted → agent holds the new revision (%d agents connected, loopback)", n),
 			measured: fmt.Sprintf("p50 %s, p99 %s (%d changes)", p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), len(lat)),
 			baseline: "–", ratio: "–", target: "p99 ≤ 100 ms", verdict: verdict(p99 <= 100*time.Millisecond, fmt.Sprintf("p99 %s over", (p99-100*time.Millisecond).Round(time.Millisecond)))},
 		storm, fanout,

@@ -13,6 +13,35 @@ import (
 // idle (after GC): where the memory per connection goes.
 var agentsHeapProfile = flag.String("agents-heapprofile", "", "agents: write a heap profile with every agent connected and idle (after GC)")
 
+// agentsPhaseProfile, when set, is where the agents benchmark writes a CPU
+// profile of the control plane's process during one phase
+// (agentsProfilePhase): the burst (from its first command until every
+// agent holds its revision) or the reconnect storm (from the drop until
+// every agent is back): where that phase's time goes.
+var (
+	agentsPhaseProfile = flag.String("agents-cpuprofile", "", "agents: write a CPU profile of one phase, -agents-cpuprofile-phase (not with -cpuprofile)")
+	agentsProfilePhase = flag.String("agents-cpuprofile-phase", "storm", "agents: the phase -agents-cpuprofile profiles: burst or storm")
+)
+
+// startPhaseProfile starts the CPU profile of the phase, when it is the
+// one asked for; the function it returns stops it.
+func startPhaseProfile(phase string) func() {
+	if *agentsPhaseProfile == "" || *agentsProfilePhase != phase {
+		return func() {}
+	}
+	f, err := os.Create(*agentsPhaseProfile)
+	if err != nil {
+		log.Printf("agents: %s profile: %v", phase, err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		log.Printf("agents: %s profile: %v", phase, err)
+		f.Close()
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
+}
+
 func writeHeapProfile(path string) {
 	if path == "" {
 		return

@@ -122,19 +122,21 @@ func stormRow(ctx context.Context, cfg config.Config, p **plane, got *received, 
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); lat, failed = apiReads(ctx, hc, url, token, stopReads) }()
+	stopProfile := startPhaseProfile("storm")
 	dropped := time.Now()
 	(*p).stop()
 	down := time.Since(dropped)
 	np, err := startPlane(ctx, cfg)
 	if err != nil {
+		stopProfile()
 		close(stopReads)
 		wg.Wait()
 		return result{}, err
 	}
 	*p = np
 	up := time.Since(dropped)
-	readsFrom := len(lat)
 	ok := got.waitWelcomed(envs, dropped, base, 180*time.Second)
+	stopProfile()
 	close(stopReads)
 	wg.Wait()
 	if !ok {
@@ -154,7 +156,6 @@ func stormRow(ctx context.Context, cfg config.Config, p **plane, got *received, 
 	}
 	total := converged.Sub(dropped)
 	after := lat
-	_ = readsFrom
 	sort.Slice(after, func(i, j int) bool { return after[i] < after[j] })
 	p99 := time.Duration(0)
 	if len(after) > 0 {
