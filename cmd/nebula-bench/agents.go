@@ -142,13 +142,18 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 	if err := child.Start(); err != nil {
 		return nil, err
 	}
+	childStarted := time.Now()
 	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
 
 	got := newReceived()
 	go got.read(out)
-	if !got.waitBeyond(envs, map[string]int{}, 120*time.Second) {
-		return nil, fmt.Errorf("not every agent received its first revision")
+	// Each first connect is recorded (a commit): 10,000 take minutes on a
+	// loaded machine.
+	connectWait := max(120*time.Second, time.Duration(n)*30*time.Millisecond)
+	if !got.waitBeyond(envs, map[string]int{}, connectWait) {
+		return nil, fmt.Errorf("not every agent received its first revision within %s", connectWait)
 	}
+	log.Printf("agents: all %d connected, %s after the child started", n, time.Since(childStarted).Round(time.Millisecond))
 	time.Sleep(2 * time.Second) // let connections settle into idle
 	after, rssAfter := memNow(), rss()
 	writeHeapProfile(*agentsHeapProfile)
