@@ -90,13 +90,11 @@ func isCanonical(id string) bool {
 // batch's audit rows are written: the live projections write the read
 // models and the history of a batch before its audit log too.
 func (x *nameIndex) learn(batch []Decoded) {
+	stream := func(e Decoded) string {
+		_, id := domain.StreamID(e.StreamID)
+		return id
+	}
 	for _, e := range batch {
-		_, streamID := domain.StreamID(e.StreamID)
-		set := func(m map[string]owned, id, owner, name string) {
-			if k := canonical(id); k != "" {
-				m[k] = owned{owner: canonical(owner), name: name}
-			}
-		}
 		switch d := e.Data.(type) {
 		case domain.OrganisationCreated:
 			if k := canonical(d.OrgID); k != "" {
@@ -107,26 +105,33 @@ func (x *nameIndex) learn(batch []Decoded) {
 				x.users[k] = d.Email
 			}
 		case domain.ProjectCreated:
-			set(x.projects, d.ProjectID, d.OrgID, d.Name)
+			x.set(x.projects, d.ProjectID, d.OrgID, d.Name)
 		case domain.EnvironmentCreated:
-			set(x.envs, d.EnvironmentID, streamID, d.Name)
+			x.set(x.envs, d.EnvironmentID, stream(e), d.Name)
 		case domain.ServiceCreated:
-			set(x.services, d.ServiceID, streamID, d.Name)
+			x.set(x.services, d.ServiceID, stream(e), d.Name)
 		case domain.ClusterCreated:
-			set(x.clusters, d.ClusterID, d.OrgID, d.Name)
+			x.set(x.clusters, d.ClusterID, d.OrgID, d.Name)
 		case domain.ServerRegistered:
-			set(x.servers, d.ServerID, d.ClusterID, d.Name)
+			x.set(x.servers, d.ServerID, d.ClusterID, d.Name)
 		case domain.TokenCreated:
-			set(x.tokens, d.TokenID, d.UserID, d.Name)
+			x.set(x.tokens, d.TokenID, d.UserID, d.Name)
 		case domain.DeploymentRequested:
 			if k := canonical(d.DeploymentID); k != "" {
-				x.deployments[k] = placed{project: canonical(streamID), env: canonical(d.EnvironmentID), service: canonical(d.ServiceID)}
+				x.deployments[k] = placed{project: canonical(stream(e)), env: canonical(d.EnvironmentID), service: canonical(d.ServiceID)}
 			}
 		case domain.ChangeSetOpened:
 			if k := canonical(d.ChangeSetID); k != "" {
-				x.changesets[k] = placed{project: canonical(streamID), env: canonical(d.EnvironmentID)}
+				x.changesets[k] = placed{project: canonical(stream(e)), env: canonical(d.EnvironmentID)}
 			}
 		}
+	}
+}
+
+// set records a named row under its owner.
+func (x *nameIndex) set(m map[string]owned, id, owner, name string) {
+	if k := canonical(id); k != "" {
+		m[k] = owned{owner: canonical(owner), name: name}
 	}
 }
 
