@@ -16,7 +16,7 @@ import (
 // 16, item 3): the rest of the control plane calls their functions, with
 // typed arguments, never SQL of its own.
 var sqlOwners = map[string]string{
-	"eventstore":                    "events, the outbox, checkpoints, parked events, snapshots, name claims",
+	"eventstore":                    "events (also the watermill topic), checkpoints, parked events, snapshots, name claims",
 	"projections":                   "the read models it builds (and their reads for the agent link, the reactions, the metrics)",
 	"internal/query":                "the API's reads of the read models and the telemetry",
 	"internal/telemetry":            "agents' status, acknowledgements, logs and their partitions",

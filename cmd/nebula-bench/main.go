@@ -329,9 +329,9 @@ const notes = `
 ## What each row measures
 
 - **single-event appends**: 8 goroutines, each appending one event per transaction to its own
-  stream through the event store (expected-version check, name claims, watermill-sql outbox
-  message and NOTIFY, all in one pipelined round trip), against 8 goroutines doing raw
-  single-row pgx INSERTs into a table of the same shape (same columns and indexes).
+  stream through the event store (the expected-version check and the insert in one round trip,
+  its NOTIFY after the commit), against 8 goroutines doing raw single-row pgx INSERTs into a
+  table of the same shape (same columns and indexes), the two alternated in slices.
 - **100-event appends**: the same with 100 events per append, against raw 100-row INSERTs.
 - **projection rebuild**: every projection (read models, release history, revisions, audit log
   with its hash chain) rebuilt from event 0 into fresh tables, from events of the product's

@@ -163,7 +163,7 @@ func TestWrittenDeliveriesWakeTheSenders(t *testing.T) {
 		Actor: domain.System("test"), OccurredAt: time.Now(), Records: []eventstore.Record{{Type: typ, SchemaVersion: version, Payload: payload}}})
 	require.NoError(t, err)
 	// Let the append's own wake-ups come and go (its notification, and the
-	// outbox's message, read every second): the sender finds nothing.
+	// watermill topic's message, read every second): the sender finds nothing.
 	time.Sleep(1500 * time.Millisecond)
 	require.Zero(t, s.received.Load())
 	wait.Within(t, 10*time.Second, "the subscription handles the event", func() bool {

@@ -3,7 +3,8 @@
 //
 // At least once, from the event stream: a checkpointed subscription (like
 // the projections and the reactions, woken through the store's waker by
-// the watermill outbox's notifications) maps domain events to the
+// the appends' notifications and its watermill subscription to the events
+// table) maps domain events to the
 // documented webhook event types and writes one delivery per (event,
 // endpoint) in its own transaction, with its checkpoint. A delivery's id is
 // its webhook-id, derived from the event's position and the endpoint, so a
