@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/nebulactrl/nebulactrl/eventstore"
 	"github.com/nebulactrl/nebulactrl/internal/apistate"
 	"github.com/nebulactrl/nebulactrl/internal/config"
 	"github.com/nebulactrl/nebulactrl/internal/jobs"
@@ -110,7 +109,7 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func backgroundJobs(store *eventstore.Store, pool *pgxpool.Pool, tel *telemetry.Store, every time.Duration) []jobs.Job {
+func backgroundJobs(pool *pgxpool.Pool, tel *telemetry.Store, every time.Duration) []jobs.Job {
 	interval := func(d time.Duration) time.Duration {
 		if every > 0 {
 			return every

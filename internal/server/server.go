@@ -277,7 +277,7 @@ func buildComponents(ctx context.Context, cfg config.Config, opts Options, log *
 	}
 	react := c.react
 	c.sched, err = jobs.New(jobs.Config{Pool: d.pool, Replica: replica, Logger: log,
-		Jobs: append(append(backgroundJobs(c.store, d.pool, c.tel, opts.JobInterval), jobs.Job{Name: "fire-timers", Interval: time.Second,
+		Jobs: append(append(backgroundJobs(d.pool, c.tel, opts.JobInterval), jobs.Job{Name: "fire-timers", Interval: time.Second,
 			Run: func(ctx context.Context) error { _, err := react.FireDue(ctx); return err }}), c.hooks.Jobs(opts.JobInterval)...)})
 	if err != nil {
 		c.link.Close()
