@@ -121,3 +121,31 @@ func (h *Hub) revoke(ac *agentConn, reason string) {
 	_ = ac.c.send(msg)
 	ac.c.close(websocket.ClosePolicyViolation, reason)
 }
+
+// BuildsToSend lists the connected servers (said hello) whose agent runs
+// builds and was last sent another set of builds than key says their
+// cluster's is now: those a delivery of builds must reach. One pass over
+// the connections under the hub's lock, without copying every peer: the
+// delivery runs at every change, and with thousands of agents connected a
+// look at each of them, each time, was most of a reconnect storm's CPU.
+func (h *Hub) BuildsToSend(key func(clusterID string) string) []Peer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []Peer
+	for _, ac := range h.conns {
+		ac.mu.Lock()
+		can, sent := ac.builds, ac.buildsSent
+		ac.mu.Unlock()
+		if can && sent != key(ac.peer.ClusterID) {
+			out = append(out, *ac.peer)
+		}
+	}
+	return out
+}
+
+// Count is how many servers have said hello on this replica.
+func (h *Hub) Count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.conns)
+}

@@ -73,8 +73,7 @@ func (l *Link) deliverBuilds(ctx context.Context) error {
 	if h == nil {
 		return nil
 	}
-	peers := h.Connected()
-	if len(peers) == 0 {
+	if h.Count() == 0 {
 		return nil
 	}
 	running, err := query.RunningBuilds(ctx, l.cfg.Pool)
@@ -85,19 +84,27 @@ func (l *Link) deliverBuilds(ctx context.Context) error {
 	for _, b := range running {
 		byCluster[b.ClusterID] = append(byCluster[b.ClusterID], b)
 	}
+	keys := make(map[string]string, len(byCluster))
+	for c, bs := range byCluster {
+		keys[c] = buildsKey(bs)
+	}
+	// Only the connections that do not have their cluster's set yet (new
+	// ones, and those of clusters whose builds changed) are sent one.
+	peers := h.BuildsToSend(func(c string) string { return keys[c] })
 	fresh := map[string]builtSet{}
+	for c, bs := range l.builtSets {
+		if bs.key != "" && bs.key == keys[c] {
+			fresh[c] = bs
+		}
+	}
 	for _, p := range peers {
 		bs, ok := fresh[p.ClusterID]
 		if !ok {
-			key := buildsKey(byCluster[p.ClusterID])
-			bs, ok = l.builtSets[p.ClusterID]
-			if !ok || bs.key != key {
-				set, err := l.buildSet(ctx, byCluster[p.ClusterID])
-				if err != nil {
-					return err
-				}
-				bs = builtSet{key: key, set: set}
+			set, err := l.buildSet(ctx, byCluster[p.ClusterID])
+			if err != nil {
+				return err
 			}
+			bs = builtSet{key: keys[p.ClusterID], set: set}
 			fresh[p.ClusterID] = bs
 		}
 		err := h.SendBuilds(ctx, p.ServerID, bs.key, bs.set)
@@ -105,7 +112,6 @@ func (l *Link) deliverBuilds(ctx context.Context) error {
 			l.cfg.Logger.Warn("sending builds", "server", p.Name, "err", err)
 		}
 	}
-	// Kept for the next look: the clusters connected here now.
 	l.builtSets = fresh
 	return nil
 }
