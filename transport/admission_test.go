@@ -133,3 +133,38 @@ func TestHubAnswersBusyBeyondItsHandshakes(t *testing.T) {
 	require.NoError(t, err, "welcomed, the first connection no longer counts")
 	second.Close()
 }
+
+// BuildsToSend lists the welcomed connections whose agent runs builds and
+// does not have its cluster's set as key says it is now: after a set is
+// sent, that connection is no longer listed until the key changes.
+func TestBuildsToSendListsOnlyTheConnectionsThatLackTheirSet(t *testing.T) {
+	w := &world{revs: map[string]int{}}
+	hub, srv := startHub(t, w)
+	d := websocket.Dialer{TLSClientConfig: srv.Client().Transport.(*http.Transport).TLSClientConfig}
+	url := "wss" + strings.TrimPrefix(srv.URL, "https") + transport.ConnectPath
+	connect := func(cred string, builds bool) *websocket.Conn {
+		ws, _, err := d.Dial(url, http.Header{"Authorization": {"Bearer " + cred}})
+		require.NoError(t, err)
+		t.Cleanup(func() { ws.Close() })
+		hello, err := transport.Encode(transport.TypeHello, "", transport.Hello{Protocol: transport.ProtocolVersion, Version: "1.0.0", Arch: "amd64", Applied: map[string]int{}, Builds: builds})
+		require.NoError(t, err)
+		require.NoError(t, ws.WriteMessage(websocket.TextMessage, hello))
+		_, _, err = ws.ReadMessage() // the welcome
+		require.NoError(t, err)
+		return ws
+	}
+	connect("good-builder", true)
+	connect("good-old", false)
+	require.Eventually(t, func() bool { return hub.Count() == 2 }, 5*time.Second, 5*time.Millisecond)
+	ids := func(key string) []string {
+		var out []string
+		for _, p := range hub.BuildsToSend(func(string) string { return key }) {
+			out = append(out, p.ServerID)
+		}
+		return out
+	}
+	require.Equal(t, []string{"good-builder"}, ids(""), "a new connection lacks even the empty set; one that runs no builds is never listed")
+	require.NoError(t, hub.SendBuilds(context.Background(), "good-builder", "", transport.Builds{Builds: []transport.BuildSpec{}}))
+	require.Empty(t, ids(""), "sent the set, it has it")
+	require.Equal(t, []string{"good-builder"}, ids("k2"), "its cluster's builds changed")
+}
