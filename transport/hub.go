@@ -278,6 +278,16 @@ func (h *Hub) serve(ac *agentConn) {
 		// The same server connected again: the newer connection wins.
 		old.c.close(websocket.CloseNormalClosure, "replaced by a newer connection of the same server")
 	}
+	// The welcome is queued and the connection listed under the hub's
+	// lock: an agent that has its welcome is found by what is sent to it
+	// next (an upgrade sent as soon as it says it is connected), and
+	// nothing sent to it goes out before the welcome.
+	welcome, _ := Encode(TypeWelcome, "", Welcome{Protocol: ProtocolVersion, ServerID: ac.peer.ServerID, HeartbeatSeconds: int(HeartbeatInterval / time.Second)})
+	if err := ac.c.send(welcome); err != nil {
+		h.mu.Unlock()
+		h.reportDisconnect(ctx, ac, "closed during the handshake")
+		return
+	}
 	h.conns[ac.peer.ServerID] = ac
 	h.mu.Unlock()
 	go h.deliverConnected(ctx, ac)
@@ -310,8 +320,8 @@ func (h *Hub) reportDisconnect(ctx context.Context, ac *agentConn, reason string
 	}
 }
 
-// handshake reads the hello and answers with a welcome; it returns a reason
-// to close, or "".
+// handshake reads and checks the hello (serve answers it with a welcome);
+// it returns a reason to close, or "".
 func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
 	frame, err := ac.c.read()
 	if err != nil {
@@ -376,10 +386,6 @@ func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
 	ac.mu.Unlock()
 	if h.cfg.OnHello != nil {
 		h.cfg.OnHello(ctx, *ac.peer, hello)
-	}
-	w, _ := Encode(TypeWelcome, "", Welcome{Protocol: ProtocolVersion, ServerID: ac.peer.ServerID, HeartbeatSeconds: int(HeartbeatInterval / time.Second)})
-	if err := ac.c.send(w); err != nil {
-		return "closed during the handshake"
 	}
 	return ""
 }
