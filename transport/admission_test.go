@@ -17,8 +17,9 @@ import (
 
 // The reconnect backoff doubles from MinBackoff to MaxBackoff with jitter
 // (half to one and a half times the backoff), and a 503's Retry-After is
-// waited, spread over as long again: agents dropped together (a restart)
-// come back spread out instead of in lockstep.
+// waited, spread over as long again, without doubling the backoff: agents
+// dropped together (a restart) come back spread out instead of in
+// lockstep, and as soon as the control plane can take them.
 func TestReconnectWaitsAreJitteredAndHonourRetryAfter(t *testing.T) {
 	var mu sync.Mutex
 	attempts := 0
@@ -71,10 +72,10 @@ func TestReconnectWaitsAreJitteredAndHonourRetryAfter(t *testing.T) {
 	require.Equal(t, 3*s, waits[0], "first 503: 3 s and the bottom of the spread")
 	require.Equal(t, 6*s-1, waits[1], "second 503: 3 s and the top of the spread")
 	// Not busy: backoff/2 + a draw in [0, backoff), the backoff doubling
-	// from 4 s (two failed attempts before) to the 8 s cap.
-	require.Equal(t, 2*s, waits[2], "backoff 4 s, bottom")
-	require.Equal(t, 12*s-1, waits[3], "backoff 8 s, top")
-	require.Equal(t, 4*s, waits[4], "backoff 8 s (the cap), bottom")
+	// from 1 s (the 503s did not double it) to the 8 s cap.
+	require.Equal(t, s/2, waits[2], "backoff 1 s, bottom")
+	require.Equal(t, 3*s-1, waits[3], "backoff 2 s, top")
+	require.Equal(t, 2*s, waits[4], "backoff 4 s, bottom")
 	require.Equal(t, 12*s-1, waits[5], "backoff 8 s (the cap), top")
 }
 

@@ -246,7 +246,13 @@ func (c *Client) Run(ctx context.Context) error {
 		if !c.sleep(ctx, wait) {
 			return nil
 		}
-		backoff = min(backoff*2, c.cfg.MaxBackoff)
+		// A busy control plane said when to come back: that is no failure
+		// to back off from further (after a restart every agent would end up
+		// waiting its longest backoff, long after the control plane could
+		// take it).
+		if !errors.Is(err, ErrBusy) {
+			backoff = min(backoff*2, c.cfg.MaxBackoff)
+		}
 	}
 	return nil
 }
