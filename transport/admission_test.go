@@ -169,3 +169,58 @@ func TestBuildsToSendListsOnlyTheConnectionsThatLackTheirSet(t *testing.T) {
 	require.Empty(t, ids(""), "sent the set, it has it")
 	require.Equal(t, []string{"good-builder"}, ids("k2"), "its cluster's builds changed")
 }
+
+// A peer that upgrades and then only answers pings (its pongs move the read
+// deadline on) is closed ReadTimeout after the upgrade without a hello, and
+// its admission place is free again: 32 such peers would otherwise keep
+// every other agent out.
+func TestHubClosesAPeerThatSaysNoHelloInTime(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &world{revs: map[string]int{}}
+	hub, err := transport.NewHub(ctx, transport.HubConfig{
+		Authenticate: func(r *http.Request) (transport.Peer, error) {
+			tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			return transport.Peer{ServerID: tok, ClusterID: "c1", Name: tok}, nil
+		},
+		Heads: w.heads, Fetch: w.fetch,
+		MaxHandshakes: 1, AdmitWait: 50 * time.Millisecond,
+		ReadTimeout: 400 * time.Millisecond, PingEvery: 50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle(transport.ConnectPath, hub)
+	srv := httptest.NewTLSServer(mux)
+	defer srv.Close()
+	url := "wss" + strings.TrimPrefix(srv.URL, "https") + transport.ConnectPath
+	d := websocket.Dialer{TLSClientConfig: srv.Client().Transport.(*http.Transport).TLSClientConfig}
+	silent, _, err := d.Dial(url, http.Header{"Authorization": {"Bearer good-silent"}})
+	require.NoError(t, err)
+	defer silent.Close()
+	pings := 0
+	silent.SetPingHandler(func(data string) error {
+		pings++
+		return silent.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+	})
+	t0 := time.Now()
+	closed := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := silent.ReadMessage(); err != nil {
+				closed <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-closed:
+		require.Error(t, err)
+		require.Less(t, time.Since(t0), 3*time.Second)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a peer that answers pings but sends no hello kept its connection")
+	}
+	require.Greater(t, pings, 2, "the peer answered pings, which moved the read deadline on")
+	next, _, err := d.Dial(url, http.Header{"Authorization": {"Bearer good-next"}})
+	require.NoError(t, err, "the silent peer's place is free again")
+	next.Close()
+}

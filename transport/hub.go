@@ -323,7 +323,12 @@ func (h *Hub) reportDisconnect(ctx context.Context, ac *agentConn, reason string
 // handshake reads and checks the hello (serve answers it with a welcome);
 // it returns a reason to close, or "".
 func (h *Hub) handshake(ctx context.Context, ac *agentConn) string {
+	// The hello must come within ReadTimeout of the upgrade, whatever else
+	// the peer answers: its pongs move the read deadline on, and a peer that
+	// only answered pings would hold its admission place for ever.
+	helloBy := time.AfterFunc(h.cfg.ReadTimeout, func() { ac.c.close(websocket.ClosePolicyViolation, "no hello in time") })
 	frame, err := ac.c.read()
+	helloBy.Stop()
 	if err != nil {
 		return "no hello"
 	}
