@@ -2,7 +2,9 @@ package eventstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -175,6 +177,12 @@ func (w *Waker) topic(ctx context.Context, poll time.Duration) {
 			continue
 		}
 		for msg := range msgs {
+			// What was appended, as a notification says it: readers of
+			// TakeAppended (the agents' push) act on it as on a LISTEN.
+			var m TopicMessage
+			if json.Unmarshal(msg.Payload, &m) == nil && m.StreamID != "" {
+				w.note(m.StreamID+"@"+strconv.Itoa(m.Version), false)
+			}
 			w.wake()
 			msg.Ack()
 		}
