@@ -122,7 +122,9 @@ func (p *Projections) compileAffected(ctx context.Context, tx pgx.Tx, batch []De
 	}
 	compileAll(work)
 
-	now := p.cfg.Now().UTC()
+	// PostgreSQL keeps microseconds (pgx truncates): the time kept with
+	// the compiled document is the one recorded.
+	now := p.cfg.Now().UTC().Truncate(time.Microsecond)
 	var reqs []eventstore.AppendRequest
 	var recorded []*compiled
 	for _, c := range work {
@@ -157,7 +159,7 @@ func (p *Projections) compileAffected(ctx context.Context, tx pgx.Tx, batch []De
 		// Kept for the next compile, which uses it only if this revision is
 		// the one it finds recorded (the transaction may yet roll back).
 		lastCompiled.put(c.env, c.last.number+1, c.hash, c.digests)
-		recentDocs.put(&recentDoc{env: c.env, number: c.last.number + 1, hash: c.hash, compiledAt: now.Round(time.Microsecond), doc: c.doc, size: c.size})
+		recentDocs.put(&recentDoc{env: c.env, number: c.last.number + 1, hash: c.hash, compiledAt: now, doc: c.doc, size: c.size})
 		p.cfg.Logger.Debug("revision compiled", "environment", c.env, "revision", c.last.number+1, "hash", c.hash)
 	}
 	return nil

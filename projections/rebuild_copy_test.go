@@ -32,6 +32,9 @@ func TestCopyBinaryWritesWhatAnInsertWrites(t *testing.T) {
 		{2, [16]byte(u), "", json.RawMessage(`null`), 9, -2147483648, int16(-32768), false, old},
 		{3, nil, nil, nil, nil, nil, nil, nil, nil},
 		{4, u, "x", []byte(`{"b":true}`), int64(-1), 2147483647, 32767, true, time.Unix(0, 0)},
+		// Typed nils are NULL, as pgx writes them.
+		{6, nil, "n", json.RawMessage(nil), nil, nil, nil, nil, nil},
+		{7, nil, "m", []byte(nil), nil, nil, nil, nil, nil},
 	}
 	// A value the encoder does not take (float64 for an integer): the whole
 	// COPY goes through pgx instead, with the same rows.
@@ -55,7 +58,10 @@ func TestCopyBinaryWritesWhatAnInsertWrites(t *testing.T) {
 	require.Zero(t, differ)
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM copied`).Scan(&n))
-	require.Equal(t, 5, n)
+	require.Equal(t, 7, n)
+	var nulls int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM copied WHERE j IS NULL AND k IN (6, 7)`).Scan(&nulls))
+	require.Equal(t, 2, nulls)
 	var got time.Time
 	require.NoError(t, pool.QueryRow(ctx, `SELECT at FROM copied WHERE k = 1`).Scan(&got))
 	require.True(t, got.Equal(at.Truncate(time.Microsecond)), "%s", got)

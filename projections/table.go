@@ -388,8 +388,14 @@ func appendBinary(buf []byte, typ string, v any) ([]byte, bool) {
 		case string:
 			return append(append(field(1+len(x)), 1), x...), true
 		case json.RawMessage:
+			if x == nil {
+				return binary.BigEndian.AppendUint32(buf, 0xffffffff), true // NULL, as pgx writes it
+			}
 			return append(append(field(1+len(x)), 1), x...), true
 		case []byte:
+			if x == nil {
+				return binary.BigEndian.AppendUint32(buf, 0xffffffff), true
+			}
 			return append(append(field(1+len(x)), 1), x...), true
 		}
 	case "bigint", "integer", "smallint":
