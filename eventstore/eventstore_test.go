@@ -350,7 +350,7 @@ func TestWakerWakesOnAppend(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no wake-up after an append")
 	}
-	// Only the notification (not the events topic's polling) names the append.
+	// The notification (or the events topic's poll) names the append.
 	require.Eventually(t, func() bool {
 		appended, _ := w.TakeAppended()
 		for _, a := range appended {
