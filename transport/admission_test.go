@@ -84,27 +84,7 @@ func TestReconnectWaitsAreJitteredAndHonourRetryAfter(t *testing.T) {
 // touching nothing; once a connection says hello and is welcomed, its place
 // is free again.
 func TestHubAnswersBusyBeyondItsHandshakes(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w := &world{revs: map[string]int{}}
-	hub, err := transport.NewHub(ctx, transport.HubConfig{
-		Authenticate: func(r *http.Request) (transport.Peer, error) {
-			tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-			return transport.Peer{ServerID: tok, ClusterID: "c1", Name: tok}, nil
-		},
-		Heads: w.heads, Fetch: w.fetch,
-		MaxHandshakes: 1, AdmitWait: 100 * time.Millisecond, BusyRetryAfter: 3 * time.Second,
-	})
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	mux.Handle(transport.ConnectPath, hub)
-	srv := httptest.NewTLSServer(mux)
-	defer srv.Close()
-	url := "wss" + strings.TrimPrefix(srv.URL, "https") + transport.ConnectPath
-	d := websocket.Dialer{TLSClientConfig: srv.Client().Transport.(*http.Transport).TLSClientConfig}
-	dial := func(cred string) (*websocket.Conn, *http.Response, error) {
-		return d.Dial(url, http.Header{"Authorization": {"Bearer " + cred}})
-	}
+	hub, dial := admissionHub(t, transport.HubConfig{MaxHandshakes: 1, AdmitWait: 100 * time.Millisecond, BusyRetryAfter: 3 * time.Second})
 
 	// The first connection holds the one place until its hello.
 	first, _, err := dial("good-1")
@@ -175,26 +155,9 @@ func TestBuildsToSendListsOnlyTheConnectionsThatLackTheirSet(t *testing.T) {
 // its admission place is free again: 32 such peers would otherwise keep
 // every other agent out.
 func TestHubClosesAPeerThatSaysNoHelloInTime(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	w := &world{revs: map[string]int{}}
-	hub, err := transport.NewHub(ctx, transport.HubConfig{
-		Authenticate: func(r *http.Request) (transport.Peer, error) {
-			tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-			return transport.Peer{ServerID: tok, ClusterID: "c1", Name: tok}, nil
-		},
-		Heads: w.heads, Fetch: w.fetch,
-		MaxHandshakes: 1, AdmitWait: 50 * time.Millisecond,
-		ReadTimeout: 400 * time.Millisecond, PingEvery: 50 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	mux := http.NewServeMux()
-	mux.Handle(transport.ConnectPath, hub)
-	srv := httptest.NewTLSServer(mux)
-	defer srv.Close()
-	url := "wss" + strings.TrimPrefix(srv.URL, "https") + transport.ConnectPath
-	d := websocket.Dialer{TLSClientConfig: srv.Client().Transport.(*http.Transport).TLSClientConfig}
-	silent, _, err := d.Dial(url, http.Header{"Authorization": {"Bearer good-silent"}})
+	_, dial := admissionHub(t, transport.HubConfig{MaxHandshakes: 1, AdmitWait: 50 * time.Millisecond,
+		ReadTimeout: 400 * time.Millisecond, PingEvery: 50 * time.Millisecond})
+	silent, _, err := dial("good-silent")
 	require.NoError(t, err)
 	defer silent.Close()
 	pings := 0
@@ -220,7 +183,33 @@ func TestHubClosesAPeerThatSaysNoHelloInTime(t *testing.T) {
 		t.Fatal("a peer that answers pings but sends no hello kept its connection")
 	}
 	require.Greater(t, pings, 2, "the peer answered pings, which moved the read deadline on")
-	next, _, err := d.Dial(url, http.Header{"Authorization": {"Bearer good-next"}})
+	next, _, err := dial("good-next")
 	require.NoError(t, err, "the silent peer's place is free again")
 	next.Close()
+}
+
+// admissionHub starts a hub with cfg's admission settings (every bearer
+// token is a good credential naming its server) behind TLS, and returns it
+// with a dialer of its connect path.
+func admissionHub(t *testing.T, cfg transport.HubConfig) (*transport.Hub, func(cred string) (*websocket.Conn, *http.Response, error)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w := &world{revs: map[string]int{}}
+	cfg.Authenticate = func(r *http.Request) (transport.Peer, error) {
+		tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		return transport.Peer{ServerID: tok, ClusterID: "c1", Name: tok}, nil
+	}
+	cfg.Heads, cfg.Fetch = w.heads, w.fetch
+	hub, err := transport.NewHub(ctx, cfg)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle(transport.ConnectPath, hub)
+	srv := httptest.NewTLSServer(mux)
+	t.Cleanup(srv.Close)
+	url := "wss" + strings.TrimPrefix(srv.URL, "https") + transport.ConnectPath
+	d := websocket.Dialer{TLSClientConfig: srv.Client().Transport.(*http.Transport).TLSClientConfig}
+	return hub, func(cred string) (*websocket.Conn, *http.Response, error) {
+		return d.Dial(url, http.Header{"Authorization": {"Bearer " + cred}})
+	}
 }
