@@ -43,21 +43,25 @@ type ServerCredential struct {
 	Revoked bool
 }
 
-// ServerCredentialByID returns a server's credential (one primary-key
-// read); false when there is no such server.
-func ServerCredentialByID(ctx context.Context, q eventstore.Querier, serverID string) (ServerCredential, bool, error) {
-	var s ServerCredential
-	err := q.QueryRow(ctx, `SELECT s.id::text, s.cluster_id::text, s.org_id::text, s.name, s.credential_hash,
+// ServerCredentialsByID returns the credentials of the servers that exist
+// among serverIDs (one statement for many concurrent checks), by id.
+func ServerCredentialsByID(ctx context.Context, q eventstore.Querier, serverIDs []string) (map[string]ServerCredential, error) {
+	rows, err := q.Query(ctx, `SELECT s.id::text, s.cluster_id::text, s.org_id::text, s.name, s.credential_hash,
 			s.revoked_at IS NOT NULL OR c.id IS NULL OR c.deleted_at IS NOT NULL
-		FROM servers s LEFT JOIN clusters c ON c.id = s.cluster_id WHERE s.id = $1`, serverID).
-		Scan(&s.ServerID, &s.ClusterID, &s.OrgID, &s.Name, &s.Hash, &s.Revoked)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ServerCredential{}, false, nil
-	}
+		FROM servers s LEFT JOIN clusters c ON c.id = s.cluster_id WHERE s.id = ANY($1::text[]::uuid[])`, serverIDs)
 	if err != nil {
-		return ServerCredential{}, false, err
+		return nil, err
 	}
-	return s, true, nil
+	defer rows.Close()
+	out := make(map[string]ServerCredential, len(serverIDs))
+	for rows.Next() {
+		var s ServerCredential
+		if err := rows.Scan(&s.ServerID, &s.ClusterID, &s.OrgID, &s.Name, &s.Hash, &s.Revoked); err != nil {
+			return nil, err
+		}
+		out[s.ServerID] = s
+	}
+	return out, rows.Err()
 }
 
 // RevokedServers returns which of the servers have had their credential

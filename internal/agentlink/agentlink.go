@@ -82,6 +82,10 @@ type Link struct {
 	// status keeps the connections and acknowledgements (Config.Telemetry,
 	// or a store of its own when there is none).
 	status *telemetry.Store
+	// creds reads the credentials of concurrent checks together.
+	creds *credentialReads
+	// batch writes the heartbeats and acknowledgements in batches.
+	batch *telemetry.Batcher
 	// OnUpgradeResult, when set, is also told of each agent's answer to an
 	// agent_upgrade, after the link recorded it (tests observe answers).
 	OnUpgradeResult func(ctx context.Context, serverID string, r transport.AgentUpgradeResult)
@@ -149,6 +153,8 @@ func New(cfg Config) (*Link, error) {
 	if l.status == nil {
 		l.status = telemetry.New(cfg.Pool, cfg.Now)
 	}
+	l.batch = telemetry.NewBatcher(l.status, 0, cfg.Logger)
+	l.creds = newCredentialReads(cfg.Pool)
 	if err := l.makeHub(); err != nil {
 		return nil, err
 	}
@@ -227,8 +233,9 @@ func (l *Link) Register(w http.ResponseWriter, r *http.Request) {
 }
 
 // Authenticate checks an agent's credential, in constant time. The hub calls
-// it at the upgrade, again at the hello and before every desired state: one
-// primary-key read. A database that does not answer is not a refusal
+// it at the upgrade, again at the hello and before every desired state: a
+// primary-key read, shared by the checks made at the same time
+// (credentialReads). A database that does not answer is not a refusal
 // (transport.ErrUnavailable): the agent must not stop for good over it.
 func (l *Link) Authenticate(r *http.Request) (transport.Peer, error) {
 	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -239,7 +246,7 @@ func (l *Link) Authenticate(r *http.Request) (transport.Peer, error) {
 	if !ok {
 		return transport.Peer{}, errors.New("the credential is malformed")
 	}
-	sc, found, err := projections.ServerCredentialByID(r.Context(), l.cfg.Pool, id)
+	sc, found, err := l.creds.get(r.Context(), id)
 	if err != nil {
 		l.cfg.Logger.Warn("checking an agent's credential", "err", err)
 		return transport.Peer{}, fmt.Errorf("%w: try again shortly", transport.ErrUnavailable)
@@ -347,22 +354,20 @@ func (l *Link) OnHello(ctx context.Context, p transport.Peer, h transport.Hello)
 		Upgradable: h.Upgradable, CannotUpgrade: truncateUTF8(h.CannotUpgrade, 200), AgentUpgrade: upgradeFacts(h.Facts.AgentUpgrade)})
 }
 
-// OnHeartbeat keeps the server's last-seen time: telemetry, not an event.
+// OnHeartbeat keeps the server's last-seen time: telemetry, not an event,
+// written with others within telemetry.BatchEvery.
 func (l *Link) OnHeartbeat(ctx context.Context, p transport.Peer, h transport.Heartbeat) {
-	if err := l.status.SaveHeartbeat(ctx, p.ServerID, h.Leader, l.cfg.Now().UTC()); err != nil {
-		l.cfg.Logger.Warn("recording a heartbeat", "server", p.Name, "err", err)
-	}
+	l.batch.Heartbeat(telemetry.Heartbeat{ServerID: p.ServerID, Session: p.Session, Leader: h.Leader, At: l.cfg.Now().UTC()})
 }
 
-// OnAck keeps each server's last acknowledgement of each environment.
+// OnAck keeps each server's last acknowledgement of each environment,
+// written with others within telemetry.BatchEvery.
 func (l *Link) OnAck(ctx context.Context, p transport.Peer, a transport.Ack) {
 	if domain.ValidateID("environment", a.EnvironmentID) != nil {
 		return
 	}
-	a.Hash = truncate(a.Hash, 100)
-	if err := l.status.SaveAck(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, p.ServerID, a, l.cfg.Now().UTC()); err != nil {
-		l.cfg.Logger.Warn("recording an acknowledgement", "server", p.Name, "err", err)
-	}
+	a.Hash = truncateUTF8(a.Hash, 100)
+	l.batch.Ack(telemetry.AckRecord{Source: telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, ServerID: p.ServerID, Ack: a, At: l.cfg.Now().UTC()})
 }
 
 // OnStatus keeps the cluster's report of nodes, workloads and warnings.
@@ -424,6 +429,9 @@ func truncateUTF8(s string, n int) string {
 
 // OnDisconnect records that the connection ended.
 func (l *Link) OnDisconnect(ctx context.Context, p transport.Peer, reason string) {
+	// No heartbeat of this connection may renew the lease after it is
+	// released.
+	l.batch.Forget(p.ServerID, p.Session)
 	if err := l.status.SaveDisconnected(ctx, p.ServerID, l.cfg.Replica, p.Session); err != nil {
 		l.cfg.Logger.Warn("recording a disconnect", "server", p.Name, "err", err)
 	}

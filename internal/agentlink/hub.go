@@ -63,8 +63,14 @@ func (l *Link) Connected() []string {
 // again, to another replica); Wait waits for them to end.
 func (l *Link) Close() { l.stopHub() }
 
-// Wait waits for the connections to end after Close.
-func (l *Link) Wait() { l.hub.Load().Wait() }
+// Wait waits for the connections to end after Close, and writes the
+// heartbeats and acknowledgements still queued.
+func (l *Link) Wait() {
+	l.hub.Load().Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = l.batch.Flush(ctx)
+}
 
 // PushRevisions pushes new revisions to this replica's agents whenever
 // events or projections commit anywhere (waker), and drops agents whose

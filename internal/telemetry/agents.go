@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/nebulactrl/nebulactrl/transport"
 )
 
@@ -41,11 +43,44 @@ func (s *Store) SaveConnected(ctx context.Context, src Source, c Connection) err
 	return err
 }
 
+// Heartbeat is one agent's heartbeat: it renews its server's lease.
+type Heartbeat struct {
+	ServerID string
+	// Session is the connection the heartbeat came on (the Batcher's
+	// Forget drops only that connection's).
+	Session string
+	Leader  bool
+	At      time.Time
+}
+
 // SaveHeartbeat keeps a server's last-seen time and whether its agent leads:
 // it renews the server's lease.
 func (s *Store) SaveHeartbeat(ctx context.Context, serverID string, leader bool, at time.Time) error {
-	_, err := s.pool.Exec(ctx, `UPDATE server_status SET last_heartbeat_at = $2, leader = $3, connected = true WHERE server_id = $1`,
-		serverID, at, leader)
+	return s.SaveHeartbeats(ctx, []Heartbeat{{ServerID: serverID, Leader: leader, At: at}})
+}
+
+// SaveHeartbeats renews many servers' leases in one statement. Each server
+// must be named at most once.
+func (s *Store) SaveHeartbeats(ctx context.Context, beats []Heartbeat) error {
+	return saveHeartbeats(ctx, s.pool, beats)
+}
+
+// execer is a pool or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func saveHeartbeats(ctx context.Context, db execer, beats []Heartbeat) error {
+	if len(beats) == 0 {
+		return nil
+	}
+	ids, leaders, ats := make([]string, len(beats)), make([]bool, len(beats)), make([]time.Time, len(beats))
+	for i, b := range beats {
+		ids[i], leaders[i], ats[i] = b.ServerID, b.Leader, b.At
+	}
+	_, err := db.Exec(ctx, `UPDATE server_status s SET last_heartbeat_at = b.at, leader = b.leader, connected = true
+		FROM unnest($1::text[]::uuid[], $2::boolean[], $3::timestamptz[]) AS b(server_id, leader, at) WHERE s.server_id = b.server_id`,
+		ids, leaders, ats)
 	return err
 }
 
@@ -59,14 +94,46 @@ func (s *Store) SaveDisconnected(ctx context.Context, serverID, replica, session
 	return err
 }
 
+// AckRecord is one server's acknowledgement of an environment's revision.
+type AckRecord struct {
+	Source
+	ServerID string
+	transport.Ack
+	At time.Time
+}
+
 // SaveAck keeps a server's last acknowledgement of an environment, when the
 // environment runs on the server's cluster (src.ClusterID).
 func (s *Store) SaveAck(ctx context.Context, src Source, serverID string, a transport.Ack, at time.Time) error {
-	services, _ := json.Marshal(a.Services)
-	_, err := s.pool.Exec(ctx, `INSERT INTO revision_acks (environment_id, server_id, org_id, revision, hash, ignored, services, acked_at)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE EXISTS (SELECT 1 FROM environments WHERE id = $1 AND cluster_id = $9)
+	return s.SaveAcks(ctx, []AckRecord{{Source: src, ServerID: serverID, Ack: a, At: at}})
+}
+
+// SaveAcks keeps many acknowledgements in one statement: each is kept when
+// its environment runs on its server's cluster. Each (environment, server)
+// must be named at most once.
+func (s *Store) SaveAcks(ctx context.Context, acks []AckRecord) error {
+	return saveAcks(ctx, s.pool, acks)
+}
+
+func saveAcks(ctx context.Context, db execer, acks []AckRecord) error {
+	if len(acks) == 0 {
+		return nil
+	}
+	n := len(acks)
+	envs, servers, orgs, clusters, hashes := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	revisions, ignored, services, ats := make([]int64, n), make([]bool, n), make([]string, n), make([]time.Time, n)
+	for i, a := range acks {
+		b, _ := json.Marshal(a.Services)
+		envs[i], servers[i], orgs[i], clusters[i], hashes[i] = a.EnvironmentID, a.ServerID, a.OrgID, a.ClusterID, a.Hash
+		revisions[i], ignored[i], services[i], ats[i] = int64(a.Revision), a.Ignored, string(b), a.At
+	}
+	_, err := db.Exec(ctx, `INSERT INTO revision_acks (environment_id, server_id, org_id, revision, hash, ignored, services, acked_at)
+		SELECT a.environment_id, a.server_id, a.org_id, a.revision, a.hash, a.ignored, a.services, a.at
+		FROM unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::bigint[], $5::text[], $6::boolean[], $7::text[]::jsonb[], $8::timestamptz[], $9::text[]::uuid[])
+			AS a(environment_id, server_id, org_id, revision, hash, ignored, services, at, cluster_id)
+		JOIN environments e ON e.id = a.environment_id AND e.cluster_id = a.cluster_id
 		ON CONFLICT (environment_id, server_id) DO UPDATE SET revision = EXCLUDED.revision, hash = EXCLUDED.hash,
 			ignored = EXCLUDED.ignored, services = EXCLUDED.services, acked_at = EXCLUDED.acked_at`,
-		a.EnvironmentID, serverID, src.OrgID, a.Revision, a.Hash, a.Ignored, services, at, src.ClusterID)
+		envs, servers, orgs, revisions, hashes, ignored, services, ats, clusters)
 	return err
 }
