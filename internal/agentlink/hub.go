@@ -94,13 +94,16 @@ func (l *Link) PushRevisions(ctx context.Context, waker *eventstore.Waker) error
 		// at when notifications were lost, and every few seconds anyway.
 		appended, lost := waker.TakeAppended()
 		revisions := map[string]int{}
-		clusterChanged, meshChanged := false, false
+		changedClusters := map[string]bool{}
+		meshChanged := false
 		for _, p := range appended {
 			stream, v, ok := strings.Cut(p, "@")
 			kind, id := domain.StreamID(stream)
 			meshChanged = meshChanged || kind == "meshrev"
 			// A revoked credential is an event of its cluster's stream.
-			clusterChanged = clusterChanged || kind == "cluster"
+			if kind == "cluster" {
+				changedClusters[id] = true
+			}
 			if n, err := strconv.Atoi(v); ok && stream == domain.RevisionStream(id) && err == nil && n > revisions[id] {
 				revisions[id] = n
 			}
@@ -123,10 +126,18 @@ func (l *Link) PushRevisions(ctx context.Context, waker *eventstore.Waker) error
 				l.cfg.Logger.Warn("pushing mesh revisions to agents", "err", err)
 			}
 		}
-		if !full && !lost && !clusterChanged {
+		if !full && !lost && len(changedClusters) == 0 {
 			continue
 		}
-		ids := l.Connected()
+		// Every connection at a full look; else those of the clusters whose
+		// streams changed (creating clusters while 10,000 agents were
+		// connected read every agent's credential at each one).
+		var ids []string
+		for _, p := range l.hub.Load().Connected() {
+			if full || lost || changedClusters[p.ClusterID] {
+				ids = append(ids, p.ServerID)
+			}
+		}
 		if len(ids) == 0 {
 			continue
 		}

@@ -19,29 +19,52 @@ import (
 // (domain.Lease.Live, the one rule), and ConnectedAgents counts those. now
 // is the caller's clock, so tests inject it.
 func StatusOfCluster(ctx context.Context, q eventstore.Querier, clusterID string, now time.Time) (api.ClusterStatus, error) {
-	st := api.ClusterStatus{State: api.StateDisconnected}
-	rows, err := q.Query(ctx, `SELECT s.connected, s.last_heartbeat_at
-		FROM server_status s JOIN servers v ON v.id = s.server_id AND v.revoked_at IS NULL WHERE s.cluster_id = $1`, clusterID)
+	sts, err := StatusOfClusters(ctx, q, []string{clusterID}, now)
 	if err != nil {
-		return st, fmt.Errorf("status of cluster %s: %w", clusterID, err)
+		return api.ClusterStatus{State: api.StateDisconnected}, fmt.Errorf("status of cluster %s: %w", clusterID, err)
 	}
-	leases, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (domain.Lease, error) {
-		var l domain.Lease
-		err := r.Scan(&l.Held, &l.RenewedAt)
+	return sts[clusterID], nil
+}
+
+// StatusOfClusters is StatusOfCluster for many clusters in one statement:
+// every one of clusterIDs has a status in the map (Disconnected when none
+// of its servers ever connected).
+func StatusOfClusters(ctx context.Context, q eventstore.Querier, clusterIDs []string, now time.Time) (map[string]api.ClusterStatus, error) {
+	rows, err := q.Query(ctx, `SELECT s.cluster_id::text, s.connected, s.last_heartbeat_at
+		FROM server_status s JOIN servers v ON v.id = s.server_id AND v.revoked_at IS NULL WHERE s.cluster_id = ANY($1::text[]::uuid[])`, clusterIDs)
+	if err != nil {
+		return nil, fmt.Errorf("status of clusters: %w", err)
+	}
+	type clusterLease struct {
+		cluster string
+		domain.Lease
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (clusterLease, error) {
+		var l clusterLease
+		err := r.Scan(&l.cluster, &l.Held, &l.RenewedAt)
 		return l, err
 	})
 	if err != nil {
-		return st, fmt.Errorf("status of cluster %s: %w", clusterID, err)
+		return nil, fmt.Errorf("status of clusters: %w", err)
 	}
-	for _, l := range leases {
-		if l.RenewedAt != nil && (st.LastHeartbeatAt == nil || l.RenewedAt.After(*st.LastHeartbeatAt)) {
-			st.LastHeartbeatAt = l.RenewedAt
+	leases := map[string][]domain.Lease{}
+	for _, l := range all {
+		leases[l.cluster] = append(leases[l.cluster], l.Lease)
+	}
+	out := make(map[string]api.ClusterStatus, len(clusterIDs))
+	for _, id := range clusterIDs {
+		st := api.ClusterStatus{State: api.StateDisconnected}
+		for _, l := range leases[id] {
+			if l.RenewedAt != nil && (st.LastHeartbeatAt == nil || l.RenewedAt.After(*st.LastHeartbeatAt)) {
+				st.LastHeartbeatAt = l.RenewedAt
+			}
 		}
+		if st.ConnectedAgents = domain.LiveCount(leases[id], now); st.ConnectedAgents > 0 {
+			st.State = api.StateConnected
+		}
+		out[id] = st
 	}
-	if st.ConnectedAgents = domain.LiveCount(leases, now); st.ConnectedAgents > 0 {
-		st.State = api.StateConnected
-	}
-	return st, nil
+	return out, nil
 }
 
 // ServerLease reads a server's liveness record (the zero lease when its

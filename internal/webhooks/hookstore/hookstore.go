@@ -228,19 +228,32 @@ func UnwatchCluster(ctx context.Context, q eventstore.Querier, clusterID string)
 	return nil
 }
 
-// WatchedCluster is a cluster whose leases are watched.
-type WatchedCluster struct{ ClusterID, OrgID string }
+// WatchedCluster is a cluster whose leases are watched, with what was last
+// recorded of it (Observed nil: nothing yet).
+type WatchedCluster struct {
+	ClusterID, OrgID string
+	Observed         *bool
+}
 
 // WatchedClusters lists them.
 func WatchedClusters(ctx context.Context, q eventstore.Querier) ([]WatchedCluster, error) {
-	rows, err := q.Query(ctx, `SELECT cluster_id::text, org_id::text FROM outbound_webhook_clusters ORDER BY cluster_id`)
+	rows, err := q.Query(ctx, `SELECT cluster_id::text, org_id::text, observed_connected FROM outbound_webhook_clusters ORDER BY cluster_id`)
 	if err != nil {
 		return nil, fmt.Errorf("watched clusters: %w", err)
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (WatchedCluster, error) {
 		var w WatchedCluster
-		return w, r.Scan(&w.ClusterID, &w.OrgID)
+		return w, r.Scan(&w.ClusterID, &w.OrgID, &w.Observed)
 	})
+}
+
+// SetObserved keeps what the cluster's stream says of it now (connected or
+// not), after a command recorded it or found it so.
+func SetObserved(ctx context.Context, q eventstore.Querier, clusterID string, connected bool) error {
+	if _, err := q.Exec(ctx, `UPDATE outbound_webhook_clusters SET observed_connected = $2 WHERE cluster_id = $1`, clusterID, connected); err != nil {
+		return fmt.Errorf("keeping what was observed of cluster %s: %w", clusterID, err)
+	}
+	return nil
 }
 
 // Leased is a delivery a sender leased, with its endpoint.
