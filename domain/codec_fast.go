@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"time"
@@ -51,10 +50,10 @@ type fieldSet uint32
 // withFastPath returns the decoder of an event type with a fast reader:
 // schema versions 1 to max read with read, falling back to strict, which
 // also decides every other version.
-func withFastPath[T Event](max int, read func(*fastReader) T, strict func(int, []byte) (Event, error)) func(int, []byte) (Event, error) {
+func withFastPath[T Event](max int, read func([]byte) (T, bool), strict func(int, []byte) (Event, error)) func(int, []byte) (Event, error) {
 	return func(version int, payload []byte) (Event, error) {
 		if version >= 1 && version <= max {
-			if e, ok := readFast(payload, read); ok {
+			if e, ok := read(payload); ok {
 				return e, nil
 			}
 		}
@@ -62,16 +61,64 @@ func withFastPath[T Event](max int, read func(*fastReader) T, strict func(int, [
 	}
 }
 
-// readFast reads a whole payload with read; false means that the payload is
-// not in the fast path's subset (not that it is invalid).
-func readFast[T Event](payload []byte, read func(*fastReader) T) (Event, bool) {
-	r := fastReader{data: payload}
-	e := read(&r)
+// done reports whether the reader read one whole value and nothing after
+// it but white space: false means that the payload is not in the fast
+// path's subset (not that it is invalid).
+func (r *fastReader) done() bool {
 	r.skipSpace()
-	if r.bad || r.pos != len(r.data) {
-		return nil, false
-	}
-	return e, true
+	return !r.bad && r.pos == len(r.data)
+}
+
+// The readers of whole payloads. Each calls its type's reader directly,
+// which keeps the fastReader on the stack (through a func value it would
+// escape to the heap: one allocation per event).
+
+func fastVariablesSet(p []byte) (VariablesSet, bool) {
+	r := fastReader{data: p}
+	e := readVariablesSet(&r)
+	return e, r.done()
+}
+
+func fastReleaseCreated(p []byte) (ReleaseCreated, bool) {
+	r := fastReader{data: p}
+	e := readReleaseCreated(&r)
+	return e, r.done()
+}
+
+func fastDeploymentRequested(p []byte) (DeploymentRequested, bool) {
+	r := fastReader{data: p}
+	e := readDeploymentRequested(&r)
+	return e, r.done()
+}
+
+func fastDeploymentDelivering(p []byte) (DeploymentDelivering, bool) {
+	r := fastReader{data: p}
+	e := readDeploymentDelivering(&r)
+	return e, r.done()
+}
+
+func fastDeploymentStageReached(p []byte) (DeploymentStageReached, bool) {
+	r := fastReader{data: p}
+	e := readDeploymentStageReached(&r)
+	return e, r.done()
+}
+
+func fastDeploymentSucceeded(p []byte) (DeploymentSucceeded, bool) {
+	r := fastReader{data: p}
+	e := readDeploymentSucceeded(&r)
+	return e, r.done()
+}
+
+func fastDeploymentFailed(p []byte) (DeploymentFailed, bool) {
+	r := fastReader{data: p}
+	e := readDeploymentFailed(&r)
+	return e, r.done()
+}
+
+func fastRevisionCompiled(p []byte) (RevisionCompiled, bool) {
+	r := fastReader{data: p}
+	e := readRevisionCompiled(&r)
+	return e, r.done()
 }
 
 // giveUp abandons the fast path for this payload.
@@ -103,7 +150,7 @@ func (r *fastReader) next() byte {
 
 // literal consumes lit, which the caller saw the first byte of.
 func (r *fastReader) literal(lit string) {
-	if !bytes.HasPrefix(r.data[r.pos:], []byte(lit)) {
+	if len(r.data)-r.pos < len(lit) || string(r.data[r.pos:r.pos+len(lit)]) != lit {
 		r.giveUp()
 		return
 	}
@@ -238,26 +285,64 @@ func (r *fastReader) element(n *int) bool {
 	return true
 }
 
-// readSlice reads an array of values read with read. An empty array is an
-// empty slice and null a nil one, as with encoding/json.
-func readSlice[T any](r *fastReader, read func(*fastReader) T) []T {
+// The slice readers build a slice in a small array on the stack and copy
+// it once to a slice of its length (appending to the heap would allocate at
+// each growth). An empty array is an empty slice and null a nil one, as with
+// encoding/json.
+
+// exactly returns a copy of s on the heap, as long as s: never nil.
+func exactly[T any](s []T) []T {
+	out := make([]T, len(s))
+	copy(out, s)
+	return out
+}
+
+func (r *fastReader) strings() []string {
 	if !r.array() {
 		return nil
 	}
-	s := []T{}
+	var buf [8]string
+	s := buf[:0]
 	for n := 0; r.element(&n); {
-		s = append(s, read(r))
+		s = append(s, r.str())
 	}
-	return s
+	return exactly(s)
 }
 
-// readPtr reads a value read with read into a new T; null is nil.
-func readPtr[T any](r *fastReader, read func(*fastReader) T) *T {
-	if r.null() {
+func readVariables(r *fastReader) []Variable {
+	if !r.array() {
 		return nil
 	}
-	v := read(r)
-	return &v
+	var buf [8]Variable
+	s := buf[:0]
+	for n := 0; r.element(&n); {
+		s = append(s, readVariable(r))
+	}
+	return exactly(s)
+}
+
+func readProcesses(r *fastReader) []Process {
+	if !r.array() {
+		return nil
+	}
+	var buf [4]Process
+	s := buf[:0]
+	for n := 0; r.element(&n); {
+		s = append(s, readProcess(r))
+	}
+	return exactly(s)
+}
+
+func readRevisionObjects(r *fastReader) []RevisionObject {
+	if !r.array() {
+		return nil
+	}
+	var buf [8]RevisionObject
+	s := buf[:0]
+	for n := 0; r.element(&n); {
+		s = append(s, readRevisionObject(r))
+	}
+	return exactly(s)
 }
 
 // stringBytes returns a string's content (nil for null). A string the
@@ -300,8 +385,6 @@ func (r *fastReader) stringBytes() []byte {
 func (r *fastReader) str() string {
 	return string(r.stringBytes())
 }
-
-func readString(r *fastReader) string { return r.str() }
 
 // int reads an integer; null leaves it 0. A fraction, an exponent, or more
 // than 18 digits (which might not fit) make it give up.
@@ -538,7 +621,7 @@ func readVariablesSet(r *fastReader) (e VariablesSet) {
 			e.ServiceID = r.str()
 		case "variables":
 			r.once(&seen, 2)
-			e.Variables = readSlice(r, readVariable)
+			e.Variables = readVariables(r)
 		default:
 			r.giveUp()
 		}
@@ -561,7 +644,10 @@ func readVariable(r *fastReader) (v Variable) {
 			v.Value = r.str()
 		case "secret":
 			r.once(&seen, 2)
-			v.Secret = readPtr(r, readSealedValue)
+			if !r.null() {
+				sv := readSealedValue(r)
+				v.Secret = &sv
+			}
 		default:
 			r.giveUp()
 		}
@@ -601,7 +687,7 @@ func readProcess(r *fastReader) (p Process) {
 			p.Name = r.str()
 		case "command":
 			r.once(&seen, 1)
-			p.Command = readSlice(r, readString)
+			p.Command = r.strings()
 		case "port":
 			r.once(&seen, 2)
 			p.Port = r.int()
@@ -610,7 +696,10 @@ func readProcess(r *fastReader) (p Process) {
 			p.Replicas = r.int()
 		case "healthCheck":
 			r.once(&seen, 4)
-			p.HealthCheck = readPtr(r, readHealthCheck)
+			if !r.null() {
+				h := readHealthCheck(r)
+				p.HealthCheck = &h
+			}
 		default:
 			r.giveUp()
 		}
@@ -668,16 +757,16 @@ func readReleaseCreated(r *fastReader) (e ReleaseCreated) {
 			e.Image = r.str()
 		case "processes":
 			r.once(&seen, 5)
-			e.Processes = readSlice(r, readProcess)
+			e.Processes = readProcesses(r)
 		case "base":
 			r.once(&seen, 6)
 			e.Base = r.int()
 		case "variables":
 			r.once(&seen, 7)
-			e.Variables = readSlice(r, readVariable)
+			e.Variables = readVariables(r)
 		case "removed":
 			r.once(&seen, 8)
-			e.Removed = readSlice(r, readString)
+			e.Removed = r.strings()
 		case "reason":
 			r.once(&seen, 9)
 			e.Reason = r.str()
@@ -860,10 +949,10 @@ func readRevisionCompiled(r *fastReader) (e RevisionCompiled) {
 			e.Base = r.int()
 		case "set":
 			r.once(&seen, 6)
-			e.Set = readSlice(r, readRevisionObject)
+			e.Set = readRevisionObjects(r)
 		case "removed":
 			r.once(&seen, 7)
-			e.Removed = readSlice(r, readString)
+			e.Removed = r.strings()
 		default:
 			r.giveUp()
 		}

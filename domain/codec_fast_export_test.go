@@ -5,21 +5,21 @@ package domain
 func fastReaderOf(eventType string) func([]byte) (Event, bool) {
 	switch eventType {
 	case "variables.set":
-		return func(p []byte) (Event, bool) { return readFast(p, readVariablesSet) }
+		return func(p []byte) (Event, bool) { return fastVariablesSet(p) }
 	case "release.created":
-		return func(p []byte) (Event, bool) { return readFast(p, readReleaseCreated) }
+		return func(p []byte) (Event, bool) { return fastReleaseCreated(p) }
 	case "deployment.requested":
-		return func(p []byte) (Event, bool) { return readFast(p, readDeploymentRequested) }
+		return func(p []byte) (Event, bool) { return fastDeploymentRequested(p) }
 	case "deployment.delivering":
-		return func(p []byte) (Event, bool) { return readFast(p, readDeploymentDelivering) }
+		return func(p []byte) (Event, bool) { return fastDeploymentDelivering(p) }
 	case "deployment.stage":
-		return func(p []byte) (Event, bool) { return readFast(p, readDeploymentStageReached) }
+		return func(p []byte) (Event, bool) { return fastDeploymentStageReached(p) }
 	case "deployment.succeeded":
-		return func(p []byte) (Event, bool) { return readFast(p, readDeploymentSucceeded) }
+		return func(p []byte) (Event, bool) { return fastDeploymentSucceeded(p) }
 	case "deployment.failed":
-		return func(p []byte) (Event, bool) { return readFast(p, readDeploymentFailed) }
+		return func(p []byte) (Event, bool) { return fastDeploymentFailed(p) }
 	case "revision.compiled":
-		return func(p []byte) (Event, bool) { return readFast(p, readRevisionCompiled) }
+		return func(p []byte) (Event, bool) { return fastRevisionCompiled(p) }
 	}
 	return nil
 }
