@@ -2,6 +2,7 @@ package domain
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"time"
 	"unicode/utf8"
@@ -214,7 +215,7 @@ func (r *fastReader) member(n *int) bool {
 	}
 	r.pos++
 	start := r.pos
-	for ; r.pos < len(r.data); r.pos++ {
+	for r.pos = plainASCII(r.data, r.pos); r.pos < len(r.data); r.pos++ {
 		c := r.data[r.pos]
 		if c == '"' {
 			break
@@ -359,7 +360,7 @@ func (r *fastReader) stringBytes() []byte {
 	}
 	r.pos++
 	start, ascii := r.pos, true
-	for ; r.pos < len(r.data); r.pos++ {
+	for r.pos = plainASCII(r.data, r.pos); r.pos < len(r.data); r.pos++ {
 		c := r.data[r.pos]
 		switch {
 		case c == '"':
@@ -379,6 +380,31 @@ func (r *fastReader) stringBytes() []byte {
 	}
 	r.giveUp()
 	return nil
+}
+
+// plainASCII returns the index of the first byte of data from i on that is
+// a quote, a backslash, a control character or not ASCII (len(data) if
+// none), testing eight bytes at a time: most of a payload's bytes are the
+// plain insides of strings, which is what the readers look for the end of.
+func plainASCII(data []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(data); i += 8 {
+		w := binary.LittleEndian.Uint64(data[i:])
+		// (x - ones) &^ x & highs is not 0 exactly when a byte of x is 0
+		// (for 0x20*ones: when a byte of w is below 0x20), and w & highs
+		// when a byte is not ASCII.
+		quote, backslash := w^('"'*ones), w^('\\'*ones)
+		special := (quote-ones)&^quote | (backslash-ones)&^backslash | (w-0x20*ones)&^w | w
+		if special&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(data); i++ {
+		if c := data[i]; c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			return i
+		}
+	}
+	return i
 }
 
 // str reads a string; null leaves it empty, as encoding/json does.
@@ -523,6 +549,9 @@ func (r *fastReader) skipValue() {
 func (r *fastReader) skipString() {
 	r.pos++
 	for r.pos < len(r.data) {
+		if r.pos = plainASCII(r.data, r.pos); r.pos == len(r.data) {
+			break
+		}
 		c := r.data[r.pos]
 		switch {
 		case c == '"':
