@@ -24,9 +24,9 @@ import (
 type fanoutEnv struct {
 	cmd          *dispatch.Handler
 	org, project string
-	// worker is the project's second service, deployed in every
-	// environment: the change deletes it.
-	worker string
+	// workers are the project's other services, deployed in every
+	// environment: each run of the change deletes one.
+	workers []string
 }
 
 // registerAgent registers one server with the cluster's join token, through
@@ -47,21 +47,27 @@ func registerAgent(ctx context.Context, url string, tlsCfg *tls.Config, joinToke
 // provisionProject makes one project with one service and n environments,
 // each on a cluster of its own with a registered server, the service
 // deployed in each.
-func provisionProject(ctx context.Context, pool *pgxpool.Pool, url string, roots *x509.CertPool, n int) ([]benchEnv, []agentCred, fanoutEnv, error) {
+func provisionProject(ctx context.Context, pool *pgxpool.Pool, url string, roots *x509.CertPool, n, runs int) ([]benchEnv, []agentCred, fanoutEnv, error) {
 	cmd, err := dispatch.New(dispatch.Config{Store: eventstore.New(pool, nil)})
 	if err != nil {
 		return nil, nil, fanoutEnv{}, err
 	}
 	sys := dispatch.Context{Actor: domain.System("bench")}
-	org, project, svc, worker := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
-	fe := fanoutEnv{cmd: cmd, org: org, project: project, worker: worker}
+	org, project, svc := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	fe := fanoutEnv{cmd: cmd, org: org, project: project}
+	services := map[string]string{svc: "api"}
+	for i := range runs {
+		w := uuid.NewString()
+		fe.workers = append(fe.workers, w)
+		services[w] = fmt.Sprintf("worker%d", i+1)
+	}
 	if _, err := cmd.Organisation(ctx, sys, org, domain.CreateOrganisation{OrgID: org, Name: "fanout", Owner: uuid.NewString()}); err != nil {
 		return nil, nil, fe, err
 	}
 	if _, err := cmd.Project(ctx, sys, org, project, domain.CreateProject{ProjectID: project, OrgID: org, Name: "fanout"}); err != nil {
 		return nil, nil, fe, err
 	}
-	for id, name := range map[string]string{svc: "api", worker: "worker"} {
+	for id, name := range services {
 		if _, err := cmd.Project(ctx, sys, org, project, domain.CreateService{ServiceID: id, Name: name, Source: domain.Source{Image: name},
 			Processes: []domain.Process{{Name: "web", Port: 8080, Replicas: 2}}}); err != nil {
 			return nil, nil, fe, err
@@ -88,7 +94,7 @@ func provisionProject(ctx context.Context, pool *pgxpool.Pool, url string, roots
 		if _, err := cmd.Project(ctx, sys, org, project, domain.CreateEnvironment{EnvironmentID: env, Name: fmt.Sprintf("e%04d", i), ClusterID: cluster}); err != nil {
 			return nil, nil, fe, err
 		}
-		for _, id := range []string{svc, worker} {
+		for id := range services {
 			if _, err := cmd.Project(ctx, sys, org, project, domain.Deploy{EnvironmentID: env, ServiceID: id, ReleaseID: uuid.NewString(), DeploymentID: uuid.NewString(),
 				Image: "registry.example.com/api@sha256:" + strings.Repeat("cd", 32)}); err != nil {
 				return nil, nil, fe, err
@@ -114,13 +120,13 @@ func provisionProject(ctx context.Context, pool *pgxpool.Pool, url string, roots
 	return envs, creds, fe, nil
 }
 
-// changeService deletes the project's worker service: every environment
+// changeService deletes the project's run-th worker service: every environment
 // of the project is recompiled, and every one's document changes. (An
 // UpdateService recompiles every environment too, but leaves each one's
 // document as it was: running releases keep the processes they froze, so
 // no revision is recorded and nothing is sent.)
-func changeService(ctx context.Context, fe fanoutEnv) error {
-	_, err := fe.cmd.Project(ctx, dispatch.Context{Actor: domain.System("bench")}, fe.org, fe.project, domain.DeleteService{ServiceID: fe.worker})
+func changeService(ctx context.Context, fe fanoutEnv, run int) error {
+	_, err := fe.cmd.Project(ctx, dispatch.Context{Actor: domain.System("bench")}, fe.org, fe.project, domain.DeleteService{ServiceID: fe.workers[run]})
 	if err != nil {
 		return fmt.Errorf("agents: deleting a service of the 500-environment project: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,10 @@ type flags struct {
 	events   int
 	only     string
 	profile  string
-	agents   int
+	// agents is the count one agents benchmark runs with; agentCounts
+	// every count the agents rows are measured at (-agents).
+	agents      int
+	agentCounts []int
 	// latencyRuns is how many single changes the latency is measured over.
 	latencyRuns int
 	// statements loads pg_stat_statements and logs the statements that took
@@ -58,7 +62,7 @@ func main() {
 	flag.DurationVar(&f.duration, "duration", 3*time.Second, "length of each throughput run")
 	flag.IntVar(&f.events, "events", 1_000_000, "events for the projection rebuild")
 	flag.StringVar(&f.only, "only", "", "run only this benchmark: appends, rebuild, agents, reconcile, commands, compile, varbytes, logins, console, builds, mesh, webhooks or mcp")
-	flag.IntVar(&f.agents, "agents", 2000, "simulated agents (one per cluster)")
+	agentCounts := flag.String("agents", "2000,10000", "simulated agents (one per cluster): the agents rows are measured at each of these counts")
 	flag.IntVar(&f.latencyRuns, "latency-runs", 200, "single changes to measure the command-to-agent latency over")
 	childCreds := flag.String("child-agents", "", "internal: run the simulated agents of this credentials file")
 	childURL := flag.String("child-url", "", "internal: the control plane of the simulated agents")
@@ -66,6 +70,11 @@ func main() {
 	flag.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of this process")
 	flag.IntVar(&f.statements, "statements", 0, "log the N statements that took PostgreSQL's time (pg_stat_statements) after each benchmark: the profile of the database's side")
 	flag.Parse()
+	counts, err := parseCounts(*agentCounts)
+	if err != nil {
+		log.Fatalf("-agents: %v", err)
+	}
+	f.agentCounts = counts
 	raiseFileLimit()
 	if *childCreds != "" {
 		if err := childAgents(*childCreds, *childURL, *childCA); err != nil {
@@ -131,7 +140,19 @@ func run(ctx context.Context, f flags) error {
 			return []result{r1, r100}, err
 		}},
 		{"rebuild", func() ([]result, error) { return one(rebuildAll(ctx, cluster, f)) }},
-		{"agents", func() ([]result, error) { return benchAgents(ctx, cluster, f) }},
+		{"agents", func() ([]result, error) {
+			var all []result
+			for _, n := range f.agentCounts {
+				g := f
+				g.agents = n
+				rs, err := benchAgents(ctx, cluster, g)
+				if err != nil {
+					return nil, err
+				}
+				all = append(all, rs...)
+			}
+			return all, nil
+		}},
 		{"reconcile", func() ([]result, error) {
 			log.Printf("applying an environment of 200 services to a real API server")
 			return benchReconcile()
@@ -219,6 +240,19 @@ func newDB(ctx context.Context, c *pgcluster.Cluster, name string) (*pgxpool.Poo
 		return nil, err
 	}
 	return pool, nil
+}
+
+// parseCounts reads -agents: positive counts, comma-separated.
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number of agents (say, for example, 2000,10000)", part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func median(xs []float64) float64 {
