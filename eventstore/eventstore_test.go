@@ -525,3 +525,93 @@ func TestPendingCheckWalksTheIndexOnTheGenericPlan(t *testing.T) {
 	err = conn.QueryRow(ctx, fmt.Sprintf(`EXECUTE pending_check('%d', 0)`, uint64(1)<<62)).Scan(&pending)
 	require.ErrorIs(t, err, pgx.ErrNoRows, "nothing after the last event")
 }
+
+// A busy subscription lets events gather (Settle): a wake-up right after a
+// step that handled events waits Settle on the subscription's clock, and
+// what was appended meanwhile is handled in one batch; a wake-up after an
+// idle step is acted on at once. On a cluster of its own, so that no other
+// test's transaction holds the commit horizon and splits the batch.
+func TestABusySubscriptionLetsEventsGather(t *testing.T) {
+	t.Parallel()
+	cluster := pgtest.Cluster(t, nil)
+	pool := pgtest.MigratedDB(t, cluster, "settle")
+	s := eventstore.New(pool, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const settle = time.Hour // never really slept: the clock is the test's
+	settling, release := make(chan struct{}, 1), make(chan struct{})
+	var mu sync.Mutex
+	var batches [][]string
+	handled := make(chan struct{}, 10)
+	wake := make(chan struct{}, 1)
+	sub := eventstore.Subscription{Name: "settle", Wake: wake, PollInterval: time.Hour, Settle: settle,
+		Handle: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
+			var streams []string
+			for _, e := range evs {
+				streams = append(streams, e.StreamID)
+			}
+			mu.Lock()
+			batches = append(batches, streams)
+			mu.Unlock()
+			handled <- struct{}{}
+			return nil
+		},
+		Park: eventstore.ParkPolicy{Sleep: func(ctx context.Context, d time.Duration) bool {
+			if d != settle {
+				time.Sleep(d)
+				return ctx.Err() == nil
+			}
+			settling <- struct{}{}
+			select {
+			case <-release:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}}}
+	require.NoError(t, eventstore.EnsureCheckpoint(ctx, pool, sub.Name))
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, sub) }()
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+
+	_, err := s.Append(ctx, appendReq("first", 0, rec("a", 1)))
+	require.NoError(t, err)
+	poke()
+	select {
+	case <-handled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a change after an idle step is handled at once, without settling")
+	}
+	select {
+	case <-settling:
+		t.Fatal("settled before the first event")
+	default:
+	}
+
+	for i := range 5 {
+		_, err := s.Append(ctx, appendReq(fmt.Sprintf("burst-%d", i), 0, rec("a", i)))
+		require.NoError(t, err)
+		poke()
+	}
+	select {
+	case <-settling:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a wake-up right after a busy step settles")
+	}
+	close(release)
+	select {
+	case <-handled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gathered events are handled after settling")
+	}
+	cancel()
+	require.NoError(t, <-done)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, [][]string{{"first"}, {"burst-0", "burst-1", "burst-2", "burst-3", "burst-4"}}, batches)
+}

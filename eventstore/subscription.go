@@ -26,6 +26,15 @@ type Subscription struct {
 	Wake <-chan struct{}
 	// Park decides when an event the handler keeps failing on is parked.
 	Park ParkPolicy
+	// Settle, when set, lets events gather while the subscription is busy:
+	// a wake-up that comes after a step that handled events waits Settle
+	// (on Park's clock) before the next step, so a burst of appends is
+	// handled in a few large batches rather than one small one for each
+	// append (every step reads the checkpoint, the events and the horizon,
+	// and writes the checkpoint). A wake-up after an idle step is acted on
+	// at once: a single change waits for nothing. For subscriptions nobody
+	// waits on within milliseconds.
+	Settle time.Duration
 }
 
 func (s *Subscription) setDefaults() {
@@ -303,6 +312,9 @@ func (s *Store) Run(ctx context.Context, sub Subscription) error {
 			return nil
 		case <-sub.Wake:
 		case <-time.After(sub.PollInterval):
+		}
+		if r.n > 0 && sub.Settle > 0 && !sub.Park.Sleep(ctx, sub.Settle) {
+			return nil
 		}
 	}
 }

@@ -141,9 +141,14 @@ func New(cfg Config) (*Reactions, error) {
 	return &Reactions{cfg: cfg, pool: cfg.Store.Pool()}, nil
 }
 
+// Settle is how long the reactions let events gather while busy
+// (eventstore.Subscription.Settle): in a burst of thousands of changes they
+// react in batches of many, and a single change waits for nothing.
+const Settle = 25 * time.Millisecond
+
 // Subscription returns the reactions' subscription.
 func (r *Reactions) Subscription(wake <-chan struct{}) eventstore.Subscription {
-	return eventstore.Subscription{Name: SubscriptionName, BatchSize: r.cfg.BatchSize, Wake: wake, Handle: r.handle}
+	return eventstore.Subscription{Name: SubscriptionName, BatchSize: r.cfg.BatchSize, Wake: wake, Handle: r.handle, Settle: Settle}
 }
 
 // Run keeps reacting until ctx ends.

@@ -143,9 +143,14 @@ func New(cfg Config) (*Webhooks, error) {
 	return &Webhooks{cfg: cfg, pool: cfg.Store.Pool(), client: client}, nil
 }
 
+// Settle is how long the webhooks' subscription lets events gather while
+// busy (eventstore.Subscription.Settle): a burst's deliveries are written in
+// batches of many; a single change waits for nothing.
+const Settle = 25 * time.Millisecond
+
 // Subscription returns the webhooks' subscription.
 func (w *Webhooks) Subscription(wake <-chan struct{}) eventstore.Subscription {
-	return eventstore.Subscription{Name: SubscriptionName, BatchSize: w.cfg.BatchSize, Wake: wake, Handle: w.handle, Park: w.cfg.Park}
+	return eventstore.Subscription{Name: SubscriptionName, BatchSize: w.cfg.BatchSize, Wake: wake, Handle: w.handle, Park: w.cfg.Park, Settle: Settle}
 }
 
 // Run handles the event stream until ctx ends.
