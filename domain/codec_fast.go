@@ -16,7 +16,8 @@ import (
 //
 // A fast reader reads only a plain subset of JSON, the one Encode writes:
 //   - keys spelled exactly as the field's tag, each at most once;
-//   - strings without escapes, in valid UTF-8;
+//   - strings without escapes, in valid UTF-8 (a json.RawMessage field's
+//     value is any valid JSON, kept as it is, as encoding/json keeps it);
 //   - integers without fraction or exponent, of at most 18 digits;
 //   - nesting at most fastMaxDepth deep, and nothing after the value but
 //     white space.
