@@ -373,13 +373,21 @@ const notes = `
   desired-state documents). The baseline is reading the same events without projecting.
 - **agents**: simulated agents, one per cluster, as protocol clients over TLS in a child
   process, against one control plane (nebula serve, in the benchmark's process, on the same
-  PostgreSQL). Memory is the control plane's heap and stacks after GC, before and after the
-  agents connected, divided by their number; the process's RSS (VmRSS) is read at the same two
-  moments and reported beside it (it includes what the Go runtime keeps from the OS and the
-  PostgreSQL pool's buffers). The benchmark raises its open-file limit to the hard limit (and
-  logs it). The burst is one variable set in each agent's environment (16 commands at a time),
-  timed from the first command to the last agent holding its new revision; the commands' own
-  issue time and when the last revision was recorded are reported beside it.
+  PostgreSQL), at each count of -agents (2,000 and 10,000 by default), each row naming its
+  count. The benchmark raises its open-file limit to the hard limit (and logs it) and refuses
+  to start below the agents' count plus 1,500. Memory is the control plane's heap and stacks
+  after GC, before and after the agents connected, divided by their number, with the process's
+  RSS growth beside it (one measure). The others are medians of -runs runs, with their spread.
+  The burst: one variable set in each agent's environment (16 commands at a time), from the
+  first command to the last agent holding its new revision (the commands' own issue time and
+  when the last revision was recorded beside it). The latency: one change at a time to one
+  environment, command accepted → its agent holds the revision, 200 changes a run (the bar
+  holds for every run's p99). The reconnect storm: the control plane restarted on the same
+  address, from the drop until every agent was welcomed again and holds its latest revision,
+  with the p99 of a user's API reads meanwhile. The fan-out: a project of 500 environments,
+  each on a cluster of its own with its agent; each run one command deletes another of its
+  services (every environment recompiled, every document changed), from the command to the
+  500th agent holding its new revision.
 - **apply 200 services**: the agent's reconciler against the real API server of the tests
   (built by go tool task k8s): cold creates the namespace, 200 Secrets, Deployments and
   Services; warm applies the same document again, which reads and writes nothing but the
