@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -87,9 +88,15 @@ func (c *fieldCheck) count(field string, n, max int) {
 	}
 }
 
+// nonNegative is a revision or release number: from 0 to what the
+// control plane's tables store (a 32-bit integer).
 func (c *fieldCheck) nonNegative(field string, n int) {
-	if c.err == nil && n < 0 {
+	switch {
+	case c.err != nil:
+	case n < 0:
 		c.err = fmt.Errorf("%s is negative", field)
+	case n > math.MaxInt32:
+		c.err = fmt.Errorf("%s is larger than %d", field, math.MaxInt32)
 	}
 }
 

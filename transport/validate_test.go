@@ -46,6 +46,7 @@ func TestFrameRules(t *testing.T) {
 		"hello recorded too many": transport.Hello{Recorded: manyRecorded(10001)},
 		"upgrade reason":          transport.Hello{Facts: transport.Facts{AgentUpgrade: &transport.UpgradeFacts{Reason: "x\x00"}}},
 		"ack hash":                transport.Ack{Hash: "h\x00"},
+		"ack revision too large":  transport.Ack{EnvironmentID: "e", Revision: 1 << 31},
 		"status nodes":            transport.Status{Nodes: make([]transport.NodeStatus, 5001)},
 		"status event message":    transport.Status{Events: []transport.ClusterEvent{{Message: "\xff"}}},
 		"logs too many lines":     transport.Logs{Lines: make([]transport.LogLine, 10001)},

@@ -86,6 +86,12 @@ type Link struct {
 	creds *credentialReads
 	// batch writes the heartbeats and acknowledgements in batches.
 	batch *telemetry.Batcher
+	// untaken are the connections whose hello could not take the lease
+	// (the database did not answer), by server: each heartbeat of that
+	// connection tries again, since a heartbeat renews only a lease its
+	// connection holds.
+	untakenMu sync.Mutex
+	untaken   map[string]untakenLease
 	// OnUpgradeResult, when set, is also told of each agent's answer to an
 	// agent_upgrade, after the link recorded it (tests observe answers).
 	OnUpgradeResult func(ctx context.Context, serverID string, r transport.AgentUpgradeResult)
@@ -155,6 +161,7 @@ func New(cfg Config) (*Link, error) {
 	}
 	l.batch = telemetry.NewBatcher(l.status, 0, cfg.Logger)
 	l.creds = newCredentialReads(cfg.Pool)
+	l.untaken = map[string]untakenLease{}
 	if err := l.makeHub(); err != nil {
 		return nil, err
 	}
@@ -344,11 +351,27 @@ func (l *Link) record(ctx context.Context, p transport.Peer, cmd domain.RecordCo
 	}
 }
 
-// OnHello records the connection.
+// untakenLease is a hello whose lease is still to be taken.
+type untakenLease struct {
+	src  telemetry.Source
+	conn telemetry.Connection
+}
+
+// OnHello records the connection: it takes the server's lease.
 func (l *Link) OnHello(ctx context.Context, p transport.Peer, h transport.Hello) {
-	if err := l.status.SaveConnected(ctx, telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}, telemetry.Connection{ServerID: p.ServerID,
-		Replica: l.cfg.Replica, Session: p.Session, Version: truncate(h.Version, 64), Arch: truncate(h.Arch, 16), Facts: h.Facts, At: l.cfg.Now().UTC()}); err != nil {
-		l.cfg.Logger.Warn("recording an agent's hello", "server", p.Name, "err", err)
+	src := telemetry.Source{OrgID: p.OrgID, ClusterID: p.ClusterID}
+	conn := telemetry.Connection{ServerID: p.ServerID, Replica: l.cfg.Replica, Session: p.Session, Version: truncate(h.Version, 64),
+		Arch: truncate(h.Arch, 16), Facts: h.Facts, At: l.cfg.Now().UTC()}
+	if err := l.status.SaveConnected(ctx, src, conn); err != nil {
+		l.cfg.Logger.Warn("recording an agent's hello; its next heartbeat tries again", "server", p.Name, "err", err)
+		l.untakenMu.Lock()
+		l.untaken[p.ServerID] = untakenLease{src: src, conn: conn}
+		l.untakenMu.Unlock()
+	} else {
+		// A newer connection took it: an older one's is not to be taken.
+		l.untakenMu.Lock()
+		delete(l.untaken, p.ServerID)
+		l.untakenMu.Unlock()
 	}
 	l.record(ctx, p, domain.RecordConnection{Connected: true, Version: truncateUTF8(h.Version, 64), Arch: truncateUTF8(h.Arch, 16),
 		Upgradable: h.Upgradable, CannotUpgrade: truncateUTF8(h.CannotUpgrade, 200), AgentUpgrade: upgradeFacts(h.Facts.AgentUpgrade)})
@@ -357,7 +380,29 @@ func (l *Link) OnHello(ctx context.Context, p transport.Peer, h transport.Hello)
 // OnHeartbeat keeps the server's last-seen time: telemetry, not an event,
 // written with others within telemetry.BatchEvery.
 func (l *Link) OnHeartbeat(ctx context.Context, p transport.Peer, h transport.Heartbeat) {
-	l.batch.Heartbeat(telemetry.Heartbeat{ServerID: p.ServerID, Session: p.Session, Leader: h.Leader, At: l.cfg.Now().UTC()})
+	now := l.cfg.Now().UTC()
+	l.untakenMu.Lock()
+	u, untaken := l.untaken[p.ServerID]
+	l.untakenMu.Unlock()
+	if untaken && u.conn.Session == p.Session {
+		u.conn.At, u.conn.Facts.Leader = now, h.Leader
+		if err := l.status.SaveConnected(ctx, u.src, u.conn); err != nil {
+			l.cfg.Logger.Warn("recording an agent's hello again", "server", p.Name, "err", err)
+			return
+		}
+		l.forgetUntaken(p)
+		return
+	}
+	l.batch.Heartbeat(telemetry.Heartbeat{ServerID: p.ServerID, Session: p.Session, Leader: h.Leader, At: now})
+}
+
+// forgetUntaken drops a connection's hello still to be recorded.
+func (l *Link) forgetUntaken(p transport.Peer) {
+	l.untakenMu.Lock()
+	defer l.untakenMu.Unlock()
+	if u, ok := l.untaken[p.ServerID]; ok && u.conn.Session == p.Session {
+		delete(l.untaken, p.ServerID)
+	}
 }
 
 // OnAck keeps each server's last acknowledgement of each environment,
@@ -431,6 +476,7 @@ func truncateUTF8(s string, n int) string {
 func (l *Link) OnDisconnect(ctx context.Context, p transport.Peer, reason string) {
 	// No heartbeat of this connection may renew the lease after it is
 	// released.
+	l.forgetUntaken(p)
 	l.batch.Forget(p.ServerID, p.Session)
 	if err := l.status.SaveDisconnected(ctx, p.ServerID, l.cfg.Replica, p.Session); err != nil {
 		l.cfg.Logger.Warn("recording a disconnect", "server", p.Name, "err", err)

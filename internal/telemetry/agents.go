@@ -53,14 +53,10 @@ type Heartbeat struct {
 	At      time.Time
 }
 
-// SaveHeartbeat keeps a server's last-seen time and whether its agent leads:
-// it renews the server's lease.
-func (s *Store) SaveHeartbeat(ctx context.Context, serverID string, leader bool, at time.Time) error {
-	return s.SaveHeartbeats(ctx, []Heartbeat{{ServerID: serverID, Leader: leader, At: at}})
-}
-
-// SaveHeartbeats renews many servers' leases in one statement. Each server
-// must be named at most once.
+// SaveHeartbeats renews many servers' leases in one statement, each only
+// while its connection (Session) holds it, and never back in time: a
+// heartbeat of a connection replaced since, or one written late, renews
+// nothing. Each server must be named at most once.
 func (s *Store) SaveHeartbeats(ctx context.Context, beats []Heartbeat) error {
 	return saveHeartbeats(ctx, s.pool, beats)
 }
@@ -74,13 +70,14 @@ func saveHeartbeats(ctx context.Context, db execer, beats []Heartbeat) error {
 	if len(beats) == 0 {
 		return nil
 	}
-	ids, leaders, ats := make([]string, len(beats)), make([]bool, len(beats)), make([]time.Time, len(beats))
+	ids, sessions, leaders, ats := make([]string, len(beats)), make([]string, len(beats)), make([]bool, len(beats)), make([]time.Time, len(beats))
 	for i, b := range beats {
-		ids[i], leaders[i], ats[i] = b.ServerID, b.Leader, b.At
+		ids[i], sessions[i], leaders[i], ats[i] = b.ServerID, b.Session, b.Leader, b.At
 	}
 	_, err := db.Exec(ctx, `UPDATE server_status s SET last_heartbeat_at = b.at, leader = b.leader, connected = true
-		FROM unnest($1::text[]::uuid[], $2::boolean[], $3::timestamptz[]) AS b(server_id, leader, at) WHERE s.server_id = b.server_id`,
-		ids, leaders, ats)
+		FROM unnest($1::text[]::uuid[], $2::text[], $3::boolean[], $4::timestamptz[]) AS b(server_id, session, leader, at)
+		WHERE s.server_id = b.server_id AND s.session = b.session AND s.last_heartbeat_at <= b.at`,
+		ids, sessions, leaders, ats)
 	return err
 }
 
@@ -109,8 +106,9 @@ func (s *Store) SaveAck(ctx context.Context, src Source, serverID string, a tran
 }
 
 // SaveAcks keeps many acknowledgements in one statement: each is kept when
-// its environment runs on its server's cluster. Each (environment, server)
-// must be named at most once.
+// its environment runs on its server's cluster, unless a later one is kept
+// already (one retried after the agent acknowledged again elsewhere). Each
+// (environment, server) must be named at most once.
 func (s *Store) SaveAcks(ctx context.Context, acks []AckRecord) error {
 	return saveAcks(ctx, s.pool, acks)
 }
@@ -133,7 +131,8 @@ func saveAcks(ctx context.Context, db execer, acks []AckRecord) error {
 			AS a(environment_id, server_id, org_id, revision, hash, ignored, services, at, cluster_id)
 		JOIN environments e ON e.id = a.environment_id AND e.cluster_id = a.cluster_id
 		ON CONFLICT (environment_id, server_id) DO UPDATE SET revision = EXCLUDED.revision, hash = EXCLUDED.hash,
-			ignored = EXCLUDED.ignored, services = EXCLUDED.services, acked_at = EXCLUDED.acked_at`,
+			ignored = EXCLUDED.ignored, services = EXCLUDED.services, acked_at = EXCLUDED.acked_at
+			WHERE revision_acks.acked_at <= EXCLUDED.acked_at`,
 		envs, servers, orgs, revisions, hashes, ignored, services, ats, clusters)
 	return err
 }

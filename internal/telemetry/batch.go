@@ -29,6 +29,10 @@ type Batcher struct {
 	beats     map[string]Heartbeat
 	acks      map[ackKey]AckRecord
 	scheduled bool
+	due       time.Time // when the scheduled flush comes
+	// retryAt is when to try again after the database did not answer:
+	// no flush is scheduled before it.
+	retryAt time.Time
 
 	// flushing is held while a batch is written, so Forget can wait for
 	// a heartbeat already on its way.
@@ -38,11 +42,16 @@ type Batcher struct {
 type ackKey struct{ env, server string }
 
 // BatchEvery is how long a heartbeat or acknowledgement waits at most before
-// it is written; MaxBatch the most written in one flush before the next
-// starts at once.
+// it is written; MaxBatch how many queued start a flush at once. What a
+// flush could not write is tried again RetryEvery later, for as long as it
+// can still matter (KeepTrying after it was received): a heartbeat that old
+// renews a lease that expired anyway, and a database that long gone (or a
+// pool closed) is not waited for with every agent's last word.
 const (
 	BatchEvery = 50 * time.Millisecond
 	MaxBatch   = 2048
+	RetryEvery = time.Second
+	KeepTrying = time.Minute
 )
 
 // NewBatcher returns a batcher writing through store (every is BatchEvery
@@ -74,29 +83,37 @@ func (b *Batcher) Ack(a AckRecord) {
 	b.mu.Unlock()
 }
 
-// Forget drops the queued heartbeat of a connection that ended, and waits
-// for one being written: called before its disconnect is recorded, so no
-// heartbeat of the connection renews the lease after its release.
+// Forget drops the queued heartbeat of a connection that ended, once any
+// flush under way is done (one that failed queues its heartbeats again):
+// called before the disconnect is recorded, so that no heartbeat of the
+// connection renews the lease after its release.
 func (b *Batcher) Forget(serverID, session string) {
+	b.flushing.Lock()
+	defer b.flushing.Unlock()
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if h, ok := b.beats[serverID]; ok && h.Session == session {
 		delete(b.beats, serverID)
 	}
-	b.mu.Unlock()
-	b.flushing.Lock()
-	//nolint:staticcheck // an empty critical section: waiting is the point
-	b.flushing.Unlock()
 }
 
+// scheduleLocked makes sure a flush comes: within every, at once when
+// MaxBatch are queued, not before retryAt after a failure; one timer at a
+// time unless an earlier flush is needed.
 func (b *Batcher) scheduleLocked() {
+	delay := b.every
 	if len(b.beats)+len(b.acks) >= MaxBatch {
-		go func() { _ = b.Flush(context.Background()) }()
+		delay = 0
+	}
+	if wait := time.Until(b.retryAt); wait > delay {
+		delay = wait
+	}
+	at := time.Now().Add(delay)
+	if b.scheduled && !b.due.After(at) {
 		return
 	}
-	if !b.scheduled {
-		b.scheduled = true
-		time.AfterFunc(b.every, func() { _ = b.Flush(context.Background()) })
-	}
+	b.scheduled, b.due = true, at
+	time.AfterFunc(delay, func() { _ = b.Flush(context.Background()) })
 }
 
 // Flush writes what is queued now. What could not be written (the database
@@ -123,52 +140,67 @@ func (b *Batcher) Flush(ctx context.Context) error {
 	}
 	err := b.store.writeBatch(ctx, hs, as)
 	if isRefused(err) {
-		// One of them cannot be stored: write each alone.
-		err = nil
-		for _, h := range hs {
-			if e := b.store.writeBatch(ctx, []Heartbeat{h}, nil); isRefused(e) {
-				b.log.Warn("dropping a heartbeat the database refuses", "server", h.ServerID, "err", e)
-			} else if e != nil {
-				err = e
-				b.requeue([]Heartbeat{h}, nil)
-			}
-		}
-		for _, a := range as {
-			if e := b.store.writeBatch(ctx, nil, []AckRecord{a}); isRefused(e) {
-				b.log.Warn("dropping an acknowledgement the database refuses", "server", a.ServerID, "environment", a.EnvironmentID, "err", e)
-			} else if e != nil {
-				err = e
-				b.requeue(nil, []AckRecord{a})
-			}
-		}
+		err = b.writeEach(ctx, hs, as)
 	} else if err != nil {
 		b.requeue(hs, as)
 	}
 	if err != nil {
-		b.log.Warn("writing agents' heartbeats and acknowledgements; trying again", "err", err)
+		b.log.Warn("writing agents' heartbeats and acknowledgements; trying again", "err", err, "in", RetryEvery)
+		return err
 	}
-	return err
+	b.mu.Lock()
+	b.retryAt = time.Time{}
+	b.mu.Unlock()
+	return nil
 }
 
-// requeue queues entries again that nothing newer replaced meanwhile.
+// writeEach writes a refused batch one entry at a time, dropping those the
+// database refuses; at the first error that is not about the data (the
+// database stopped answering) the rest is queued again.
+func (b *Batcher) writeEach(ctx context.Context, hs []Heartbeat, as []AckRecord) error {
+	for i, h := range hs {
+		err := b.store.writeBatch(ctx, []Heartbeat{h}, nil)
+		switch {
+		case isRefused(err):
+			b.log.Warn("dropping a heartbeat the database refuses", "server", h.ServerID, "err", err)
+		case err != nil:
+			b.requeue(hs[i:], as)
+			return err
+		}
+	}
+	for i, a := range as {
+		err := b.store.writeBatch(ctx, nil, []AckRecord{a})
+		switch {
+		case isRefused(err):
+			b.log.Warn("dropping an acknowledgement the database refuses", "server", a.ServerID, "environment", a.EnvironmentID, "err", err)
+		case err != nil:
+			b.requeue(nil, as[i:])
+			return err
+		}
+	}
+	return nil
+}
+
+// requeue queues entries again that nothing newer replaced meanwhile and
+// that can still matter (KeepTrying), and puts the next try RetryEvery off.
 func (b *Batcher) requeue(hs []Heartbeat, as []AckRecord) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := time.Now()
 	for _, h := range hs {
-		if _, newer := b.beats[h.ServerID]; !newer {
+		if _, newer := b.beats[h.ServerID]; !newer && now.Sub(h.At) < KeepTrying {
 			b.beats[h.ServerID] = h
 		}
 	}
 	for _, a := range as {
 		k := ackKey{a.EnvironmentID, a.ServerID}
-		if _, newer := b.acks[k]; !newer {
+		if _, newer := b.acks[k]; !newer && now.Sub(a.At) < KeepTrying {
 			b.acks[k] = a
 		}
 	}
-	if !b.scheduled && len(b.beats)+len(b.acks) > 0 {
-		b.scheduled = true
-		// The database did not answer: not again at once.
-		time.AfterFunc(max(b.every, time.Second), func() { _ = b.Flush(context.Background()) })
+	b.retryAt = now.Add(RetryEvery)
+	if len(b.beats)+len(b.acks) > 0 {
+		b.scheduleLocked()
 	}
 }
 

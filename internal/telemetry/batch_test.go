@@ -174,3 +174,81 @@ func TestQueuedAcknowledgementsAreWrittenWithinTheInterval(t *testing.T) {
 		return found && rev == 4
 	}, 10*time.Second, 10*time.Millisecond)
 }
+
+// A heartbeat renews only a lease its connection holds: one of a connection
+// replaced since (the agent reconnected) renews nothing, nor does one older
+// than the renewal the row has.
+func TestAHeartbeatRenewsOnlyItsOwnConnectionsLease(t *testing.T) {
+	t.Parallel()
+	w := newBatchWorld(t, 1)
+	ctx := context.Background()
+	server := w.servers[0]
+	require.NoError(t, w.store.SaveConnected(ctx, w.src, telemetry.Connection{ServerID: server, Replica: "r1", Session: "newer", Version: "1.5.0", Arch: "amd64", At: w.at.Add(time.Second)}))
+	require.NoError(t, w.store.SaveDisconnected(ctx, server, "r1", "newer"))
+	b := telemetry.NewBatcher(w.store, time.Hour, nil)
+	b.Heartbeat(telemetry.Heartbeat{ServerID: server, Session: "s-" + server, At: w.at.Add(2 * time.Second)})
+	require.NoError(t, b.Flush(ctx))
+	var connected bool
+	require.NoError(t, w.pool.QueryRow(ctx, `SELECT connected FROM server_status WHERE server_id = $1`, server).Scan(&connected))
+	require.False(t, connected, "the replaced connection's heartbeat does not take the released lease")
+
+	require.NoError(t, w.store.SaveConnected(ctx, w.src, telemetry.Connection{ServerID: server, Replica: "r1", Session: "third", Version: "1.5.0", Arch: "amd64", At: w.at.Add(10 * time.Second)}))
+	b.Heartbeat(telemetry.Heartbeat{ServerID: server, Session: "third", At: w.at.Add(5 * time.Second)})
+	require.NoError(t, b.Flush(ctx))
+	at, _ := w.heartbeatAt(t, server)
+	require.Equal(t, w.at.Add(10*time.Second), at, "a late heartbeat does not move the renewal back")
+}
+
+// A connection's heartbeat that a failing flush queued again is forgotten
+// with the connection: Forget waits for the flush under way. The flush is
+// held on a row lock until it times out, and Forget is called meanwhile.
+func TestAHeartbeatOfAFailedFlushIsForgottenWithItsConnection(t *testing.T) {
+	t.Parallel()
+	w := newBatchWorld(t, 1)
+	ctx := context.Background()
+	server := w.servers[0]
+	b := telemetry.NewBatcher(w.store, time.Hour, nil)
+	b.Heartbeat(telemetry.Heartbeat{ServerID: server, Session: "s-" + server, At: time.Now().UTC()})
+
+	lock, err := w.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = lock.Exec(ctx, `SELECT 1 FROM server_status WHERE server_id = $1 FOR UPDATE`, server)
+	require.NoError(t, err)
+	failed := make(chan error, 1)
+	go func() {
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		failed <- b.Flush(fctx)
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, w.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE server_status%'`).Scan(&waiting))
+		return waiting == 1
+	}, 10*time.Second, 10*time.Millisecond, "the flush waits on the row")
+	forgotten := make(chan struct{})
+	go func() { b.Forget(server, "s-"+server); close(forgotten) }()
+	require.Error(t, <-failed, "the flush times out and queues the heartbeat again")
+	<-forgotten
+	require.NoError(t, lock.Rollback(ctx))
+
+	require.NoError(t, w.store.SaveDisconnected(ctx, server, "r1", "s-"+server))
+	require.NoError(t, b.Flush(ctx))
+	var connected bool
+	require.NoError(t, w.pool.QueryRow(ctx, `SELECT connected FROM server_status WHERE server_id = $1`, server).Scan(&connected))
+	require.False(t, connected, "the requeued heartbeat of the ended connection does not revive its lease")
+}
+
+// An acknowledgement written late (a retry) does not replace a later one.
+func TestALateAcknowledgementDoesNotReplaceALaterOne(t *testing.T) {
+	t.Parallel()
+	w := newBatchWorld(t, 1)
+	ctx := context.Background()
+	later := telemetry.AckRecord{Source: w.src, ServerID: w.servers[0], Ack: transport.Ack{EnvironmentID: w.envs[0], Revision: 5, Hash: "later"}, At: w.at.Add(time.Second)}
+	require.NoError(t, w.store.SaveAcks(ctx, []telemetry.AckRecord{later}))
+	early := later
+	early.Revision, early.Hash, early.At = 4, "early", w.at
+	require.NoError(t, w.store.SaveAcks(ctx, []telemetry.AckRecord{early}))
+	rev, hash, _ := w.ack(t, w.envs[0], w.servers[0])
+	require.Equal(t, 5, rev)
+	require.Equal(t, "later", hash)
+}
