@@ -43,7 +43,7 @@ import (
 // pushExample is GitHub's branch push example (about 8.9 KB), read from the
 // repository's root, where `go tool task bench` runs.
 const (
-	pushExample       = "forge/testdata/github/push-branch-created.json"
+	pushExample       = "internal/forge/testdata/github/push-branch-created.json"
 	pushExampleCommit = "6113728f27ae82c7b1a177c8d03f9e96e0adf246"
 	// buildPushes is how many pushes the webhook-to-Job latency is measured
 	// over, one after another (the next once the last one's Job exists).

@@ -180,6 +180,7 @@ func run(ctx context.Context, f flags) error {
 	if f.only != "" && !known {
 		return fmt.Errorf("-only %q: no such benchmark", f.only)
 	}
+	var failed []string
 	for _, b := range benches {
 		if f.only != "" && f.only != b.name {
 			continue
@@ -194,8 +195,12 @@ func run(ctx context.Context, f flags) error {
 		load, began := newLoadSampler(), time.Now()
 		rs, err := b.run()
 		if err != nil {
+			// The others' rows are still written; this one's stay as they
+			// were, and the run fails at the end.
 			load.stop()
-			return fmt.Errorf("%s: %w", b.name, err)
+			log.Printf("%s: FAILED: %v", b.name, err)
+			failed = append(failed, fmt.Sprintf("%s: %v", b.name, err))
+			continue
 		}
 		when := fmt.Sprintf("%s, load %s, %s", began.UTC().Format("2006-01-02 15:04 MST"), load.stop(), time.Since(began).Round(time.Second))
 		for i := range rs {
@@ -208,7 +213,13 @@ func run(ctx context.Context, f flags) error {
 	if out, err := exec.Command(cluster.BinDir()+"/postgres", "--version").Output(); err == nil {
 		pgVersion = strings.TrimSpace(string(out))
 	}
-	return write(f.out, results, pgVersion, f.only, time.Since(start))
+	if err := write(f.out, results, pgVersion, f.only, len(failed) > 0, time.Since(start)); err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d benchmarks failed (their earlier rows are kept): %s", len(failed), strings.Join(failed, "; "))
+	}
+	return nil
 }
 
 func rebuildAll(ctx context.Context, cluster *pgcluster.Cluster, f flags) (result, error) {
@@ -271,7 +282,7 @@ func spread(xs []float64) string {
 // with -only) are kept from the report already there, each with its own date
 // and load, and so is everything below the table (the notes, which explain
 // the rows: edited by hand as they change).
-func write(path string, results []result, pgVersion, only string, took time.Duration) error {
+func write(path string, results []result, pgVersion, only string, someFailed bool, took time.Duration) error {
 	oldRows, oldNotes := readReport(path)
 	var b strings.Builder
 	b.WriteString("# Benchmarks\n\n")
@@ -285,6 +296,9 @@ func write(path string, results []result, pgVersion, only string, took time.Dura
 	what := "every benchmark"
 	if only != "" {
 		what = "`-only " + only + "`"
+	}
+	if someFailed {
+		what += ", some failed: their rows are from earlier runs"
 	}
 	fmt.Fprintf(&b, "Last run: %s (%s, %s) · %d CPUs · %s · %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), what,
 		took.Round(time.Second), runtime.NumCPU(), runtime.Version(), pgVersion)
@@ -300,7 +314,7 @@ func write(path string, results []result, pgVersion, only string, took time.Dura
 			written[row.name] = true
 			continue
 		}
-		if only == "" {
+		if only == "" && !someFailed {
 			continue // a full run measures every row again; a row it no longer has is gone
 		}
 		b.WriteString(row.line + "\n")

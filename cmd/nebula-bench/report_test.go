@@ -16,7 +16,7 @@ func TestReportKeepsRowsNotMeasuredAgain(t *testing.T) {
 		{name: "appends", measured: "1", verdict: "met", when: "2026-12-01 10:00 UTC, load 0.5–0.7, 1m0s"},
 		{name: "rebuild", measured: "2", verdict: "not met", when: "2026-12-01 10:01 UTC, load 0.6–0.9, 2m0s"},
 	}
-	if err := write(path, first, "pg 15", "", time.Minute); err != nil {
+	if err := write(path, first, "pg 15", "", false, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(path)
@@ -24,7 +24,7 @@ func TestReportKeepsRowsNotMeasuredAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := []result{{name: "rebuild", measured: "3", verdict: "met", when: "2026-12-02 11:00 UTC, load 1.0–1.2, 2m0s"}}
-	if err := write(path, again, "pg 15", "rebuild", time.Minute); err != nil {
+	if err := write(path, again, "pg 15", "rebuild", false, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(path)
@@ -47,8 +47,18 @@ func TestReportKeepsRowsNotMeasuredAgain(t *testing.T) {
 		t.Errorf("the rows changed order:\n%s", text)
 	}
 
+	// A full run in which a benchmark failed keeps the rows it did not
+	// measure (the failed one's), and says so.
+	if err := write(path, again, "pg 15", "", true, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = os.ReadFile(path)
+	if !strings.Contains(string(got), "| appends | 1 |") || !strings.Contains(string(got), "some failed") {
+		t.Errorf("a full run with a failed benchmark dropped its earlier row or did not say so:\n%s", got)
+	}
+
 	// A full run drops rows it no longer has.
-	if err := write(path, again, "pg 15", "", time.Minute); err != nil {
+	if err := write(path, again, "pg 15", "", false, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = os.ReadFile(path)
