@@ -526,11 +526,12 @@ func TestPendingCheckWalksTheIndexOnTheGenericPlan(t *testing.T) {
 	require.ErrorIs(t, err, pgx.ErrNoRows, "nothing after the last event")
 }
 
-// A busy subscription lets events gather (Settle): a wake-up right after a
-// step that handled events waits Settle on the subscription's clock, and
-// what was appended meanwhile is handled in one batch; a wake-up after an
-// idle step is acted on at once. On a cluster of its own, so that no other
-// test's transaction holds the commit horizon and splits the batch.
+// A busy subscription lets events gather (Settle): when events were
+// appended while a step ran, the next step waits Settle on the
+// subscription's clock and handles them in one batch; a wake-up that comes
+// while the subscription waits is acted on at once. On a cluster of its
+// own, so that no other test's transaction holds the commit horizon and
+// splits the batch.
 func TestABusySubscriptionLetsEventsGather(t *testing.T) {
 	t.Parallel()
 	cluster := pgtest.Cluster(t, nil)
@@ -543,12 +544,19 @@ func TestABusySubscriptionLetsEventsGather(t *testing.T) {
 	var mu sync.Mutex
 	var batches [][]string
 	handled := make(chan struct{}, 10)
+	// The handler of the first batch it is given holds it until told, so
+	// that appends land while a step runs.
+	entered, hold := make(chan struct{}, 10), make(chan struct{})
 	wake := make(chan struct{}, 1)
 	sub := eventstore.Subscription{Name: "settle", Wake: wake, PollInterval: time.Hour, Settle: settle,
 		Handle: func(ctx context.Context, tx pgx.Tx, evs []eventstore.Event) error {
 			var streams []string
 			for _, e := range evs {
 				streams = append(streams, e.StreamID)
+			}
+			entered <- struct{}{}
+			if streams[0] == "second" {
+				<-hold
 			}
 			mu.Lock()
 			batches = append(batches, streams)
@@ -578,40 +586,57 @@ func TestABusySubscriptionLetsEventsGather(t *testing.T) {
 		default:
 		}
 	}
+	within := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal(what)
+		}
+	}
 
-	_, err := s.Append(ctx, appendReq("first", 0, rec("a", 1)))
-	require.NoError(t, err)
-	poke()
-	select {
-	case <-handled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a change after an idle step is handled at once, without settling")
+	// Changes one after another, each while the subscription waits: each
+	// handled at once. (It waits once its step's checkpoint committed; a
+	// moment later it is in its wait.)
+	idle := func(events int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, pool.QueryRow(ctx, `SELECT events FROM subscription_checkpoints WHERE name = 'settle'`).Scan(&n))
+			return n == events
+		}, 10*time.Second, 5*time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+	}
+	idle(0)
+	for _, stream := range []string{"first", "second"} {
+		_, err := s.Append(ctx, appendReq(stream, 0, rec("a", 1)))
+		require.NoError(t, err)
+		poke()
+		within(entered, "a change that comes while the subscription waits is handled at once")
+		if stream == "first" {
+			within(handled, "the first change is handled")
+			idle(1)
+		}
 	}
 	select {
 	case <-settling:
-		t.Fatal("settled before the first event")
+		t.Fatal("settled for changes that came one after another")
 	default:
 	}
-
+	// A burst while the step for "second" runs.
 	for i := range 5 {
 		_, err := s.Append(ctx, appendReq(fmt.Sprintf("burst-%d", i), 0, rec("a", i)))
 		require.NoError(t, err)
 		poke()
 	}
-	select {
-	case <-settling:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a wake-up right after a busy step settles")
-	}
+	close(hold)
+	within(handled, "the second change is handled")
+	within(settling, "events appended while a step ran: the next step settles")
 	close(release)
-	select {
-	case <-handled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the gathered events are handled after settling")
-	}
+	within(handled, "the gathered events are handled after settling")
 	cancel()
 	require.NoError(t, <-done)
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, [][]string{{"first"}, {"burst-0", "burst-1", "burst-2", "burst-3", "burst-4"}}, batches)
+	require.Equal(t, [][]string{{"first"}, {"second"}, {"burst-0", "burst-1", "burst-2", "burst-3", "burst-4"}}, batches)
 }

@@ -27,13 +27,14 @@ type Subscription struct {
 	// Park decides when an event the handler keeps failing on is parked.
 	Park ParkPolicy
 	// Settle, when set, lets events gather while the subscription is busy:
-	// a wake-up that comes after a step that handled events waits Settle
-	// (on Park's clock) before the next step, so a burst of appends is
-	// handled in a few large batches rather than one small one for each
-	// append (every step reads the checkpoint, the events and the horizon,
-	// and writes the checkpoint). A wake-up after an idle step is acted on
-	// at once: a single change waits for nothing. For subscriptions nobody
-	// waits on within milliseconds.
+	// when events were appended while a step that handled events ran (a
+	// wake-up is waiting when it ends), the next step waits Settle (on
+	// Park's clock), so a burst of appends is handled in a few large
+	// batches rather than one small one for each append (every step reads
+	// the checkpoint, the events and the horizon, and writes the
+	// checkpoint). A wake-up that comes while the subscription waits is
+	// acted on at once: a single change, or changes one after another,
+	// wait for nothing.
 	Settle time.Duration
 }
 
@@ -219,6 +220,14 @@ func (s *Store) Run(ctx context.Context, sub Subscription) error {
 		if p.narrowUntil != (Cursor{}) {
 			limit = 1
 		}
+		if sub.Settle > 0 {
+			// A wake-up already here is for what this step reads; one
+			// waiting when it ends came while it ran.
+			select {
+			case <-sub.Wake:
+			default:
+			}
+		}
 		r, err := s.step(ctx, sub, limit)
 		var herr *handlerError
 		switch {
@@ -307,14 +316,23 @@ func (s *Store) Run(ctx context.Context, sub Subscription) error {
 			continue
 		}
 		wait = 5 * time.Millisecond
+		if r.n > 0 && sub.Settle > 0 {
+			// Busy: events were appended while this step ran (their
+			// wake-up is waiting already). Let more gather first.
+			select {
+			case <-sub.Wake:
+				if !sub.Park.Sleep(ctx, sub.Settle) {
+					return nil
+				}
+				continue
+			default:
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-sub.Wake:
 		case <-time.After(sub.PollInterval):
-		}
-		if r.n > 0 && sub.Settle > 0 && !sub.Park.Sleep(ctx, sub.Settle) {
-			return nil
 		}
 	}
 }

@@ -368,7 +368,8 @@ func (l *Link) OnHello(ctx context.Context, p transport.Peer, h transport.Hello)
 		l.untaken[p.ServerID] = untakenLease{src: src, conn: conn}
 		l.untakenMu.Unlock()
 	} else {
-		// A newer connection took it: an older one's is not to be taken.
+		// This connection took it: an earlier connection's hello still
+		// to be taken must not take it back.
 		l.untakenMu.Lock()
 		delete(l.untaken, p.ServerID)
 		l.untakenMu.Unlock()

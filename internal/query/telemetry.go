@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/nebulactrl/nebulactrl/api"
@@ -53,13 +54,19 @@ func StatusOfClusters(ctx context.Context, q eventstore.Querier, clusterIDs []st
 	}
 	out := make(map[string]api.ClusterStatus, len(clusterIDs))
 	for _, id := range clusterIDs {
+		// The rows name clusters in PostgreSQL's form of a uuid; the map
+		// is keyed by the caller's.
+		canonical := id
+		if u, err := uuid.Parse(id); err == nil {
+			canonical = u.String()
+		}
 		st := api.ClusterStatus{State: api.StateDisconnected}
-		for _, l := range leases[id] {
+		for _, l := range leases[canonical] {
 			if l.RenewedAt != nil && (st.LastHeartbeatAt == nil || l.RenewedAt.After(*st.LastHeartbeatAt)) {
 				st.LastHeartbeatAt = l.RenewedAt
 			}
 		}
-		if st.ConnectedAgents = domain.LiveCount(leases[id], now); st.ConnectedAgents > 0 {
+		if st.ConnectedAgents = domain.LiveCount(leases[canonical], now); st.ConnectedAgents > 0 {
 			st.State = api.StateConnected
 		}
 		out[id] = st

@@ -17,7 +17,7 @@ import (
 // per environment: most of the database's work while nothing changed, and
 // what the commands waited behind. Queued, the latest of each server's
 // heartbeats and of each (environment, server) acknowledgement is written
-// within Every, all in one transaction without waiting for the WAL flush:
+// within BatchEvery, all in one transaction without waiting for the WAL flush:
 // this is telemetry, and a database crash loses at most its last moment,
 // which the next heartbeat (15 s) or acknowledgement restores.
 type Batcher struct {
