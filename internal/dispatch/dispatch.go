@@ -126,12 +126,10 @@ const snapshotSchema = 4
 // size: a new snapshot is worth keeping once it is not negative.
 func load[A aggregate](ctx context.Context, h *Handler, stream, orgID string, fresh func() A) (state A, version, base, debt int, err error) {
 	state = fresh()
-	// The snapshot and the events after it, in one round trip: with
-	// thousands of commands a second the round trip was a third of a
-	// command's database work.
-	snap, ok, events, err := h.cfg.Store.LoadStream(ctx, stream, snapshotSchema)
+	snap, ok, err := h.cfg.Store.LoadSnapshot(ctx, stream)
 	if err != nil {
-		return state, 0, 0, 0, err
+		h.cfg.Logger.Warn("reading a snapshot; folding the whole stream", "stream", stream, "err", err)
+		ok = false
 	}
 	if ok && snap.Schema == snapshotSchema {
 		if orgID != "" && snap.OrgID != "" && snap.OrgID != orgID {
@@ -140,13 +138,13 @@ func load[A aggregate](ctx context.Context, h *Handler, stream, orgID string, fr
 		if err := json.Unmarshal(snap.State, state); err != nil {
 			h.cfg.Logger.Warn("ignoring an unreadable snapshot", "stream", stream, "err", err)
 			state = fresh()
-			// The events came after the snapshot: fold them all.
-			if events, err = h.cfg.Store.ReadStream(ctx, stream, 0); err != nil {
-				return state, 0, 0, 0, err
-			}
 		} else {
 			version, base, debt = snap.Version, snap.Version, -len(snap.State)
 		}
+	}
+	events, err := h.cfg.Store.ReadStream(ctx, stream, version)
+	if err != nil {
+		return state, 0, 0, 0, err
 	}
 	for _, e := range events {
 		// One organisation never reaches another's aggregates.
