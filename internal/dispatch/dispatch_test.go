@@ -112,6 +112,24 @@ func TestSnapshotEqualsTheFold(t *testing.T) {
 		// Another organisation never loads this snapshot.
 		_, _, _, _, err = load(ctx, h, stream, uuid.NewString(), domain.NewProject)
 		require.ErrorIs(t, err, domain.ErrNotFound)
+		want, err := json.Marshal(fromSnapshot)
+		require.NoError(t, err)
+		// A snapshot that does not decode, or of another schema, is passed
+		// over: the whole stream is folded.
+		for _, spoil := range []string{
+			`UPDATE aggregate_snapshots SET state = 'not json' WHERE stream_id = $1`,
+			`UPDATE aggregate_snapshots SET schema = schema - 1, state = '{}' WHERE stream_id = $1`,
+		} {
+			_, err = pool.Exec(ctx, spoil, stream)
+			require.NoError(t, err)
+			spoiled, v, b, _, err := load(ctx, h, stream, org, domain.NewProject)
+			require.NoError(t, err)
+			require.Equal(t, v1, v)
+			require.Zero(t, b, "no snapshot was used")
+			got, err := json.Marshal(spoiled)
+			require.NoError(t, err)
+			require.JSONEq(t, string(want), string(got), "seed %d: %s", seed, spoil)
+		}
 
 		_, err = pool.Exec(ctx, `DELETE FROM aggregate_snapshots WHERE stream_id = $1`, stream)
 		require.NoError(t, err)
