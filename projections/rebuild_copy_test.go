@@ -3,6 +3,7 @@ package projections
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,4 +82,52 @@ func TestRowKeys(t *testing.T) {
 	require.Equal(t, "a\x00b", rowKey([]any{"a", "b"}))
 	require.Equal(t, "7\x00-3\x0012\x001", rowKey([]any{7, int64(-3), int32(12), int16(1)}))
 	require.Equal(t, "true\x00x", rowKey([]any{true, "x"}))
+}
+
+// The audit log's rows are encoded for COPY by copyAudit, field by field:
+// what it writes must be what pgx's INSERT writes of the same rows, and an
+// org id that is no UUID is an error that writes nothing.
+func TestCopyAuditWritesWhatAnInsertWrites(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	at := time.Date(2026, 12, 2, 13, 4, 5, 123456789, time.FixedZone("CET", 3600))
+	rows := []AuditRow{
+		{Position: 1, Seq: 1, OrgID: uuid.NewString(), ActorKind: "user", ActorID: "u1", ActorName: "ann@example.com",
+			Action: "service.created", TargetKind: "service", TargetID: "s1", Target: "acme/shop/*/api", Detail: "grüße\tand\nlines\\",
+			OccurredAt: at, RequestID: "r1", PrevHash: "", Hash: "h1"},
+		{Position: 1 << 40, Seq: 2, ActorKind: "system", Action: "x", OccurredAt: time.Unix(0, 0), PrevHash: "h1", Hash: "h2", Via: "mcp"},
+		{Position: 3, Seq: 3, OrgID: strings.ToUpper(uuid.NewString()), OccurredAt: time.Date(1969, 7, 20, 20, 17, 40, 999_999_999, time.UTC)},
+	}
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `CREATE SCHEMA copied; CREATE TABLE copied.audit_log (LIKE public.audit_log INCLUDING ALL);
+		SET LOCAL search_path TO copied, public`)
+	require.NoError(t, err)
+	var scratch []byte
+	require.NoError(t, copyAudit(ctx, tx, &scratch, rows))
+	for _, r := range rows {
+		_, err := tx.Exec(ctx, `INSERT INTO public.audit_log (position, seq, org_id, actor_kind, actor_id, actor_name, action,
+			target_kind, target_id, target, detail, occurred_at, request_id, prev_hash, hash, via)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+			r.Position, r.Seq, nullable(r.OrgID), r.ActorKind, r.ActorID, r.ActorName, r.Action, r.TargetKind, r.TargetID,
+			r.Target, r.Detail, r.OccurredAt, r.RequestID, r.PrevHash, r.Hash, r.Via)
+		require.NoError(t, err)
+	}
+	var n, differ int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM copied.audit_log`).Scan(&n))
+	require.Equal(t, len(rows), n)
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM (
+		(SELECT * FROM copied.audit_log EXCEPT SELECT * FROM public.audit_log)
+		UNION ALL (SELECT * FROM public.audit_log EXCEPT SELECT * FROM copied.audit_log)) d`).Scan(&differ))
+	require.Zero(t, differ)
+
+	_, err = tx.Exec(ctx, `SAVEPOINT bad`)
+	require.NoError(t, err)
+	err = copyAudit(ctx, tx, &scratch, []AuditRow{{Position: 9, Seq: 9, OrgID: "not-a-uuid", OccurredAt: at}})
+	require.ErrorContains(t, err, "audit_log")
+	_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT bad`)
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM copied.audit_log`).Scan(&n))
+	require.Equal(t, len(rows), n, "the refused row was not written")
 }

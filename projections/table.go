@@ -301,15 +301,12 @@ func (t *table) copyRows(ctx context.Context, tx pgx.Tx) error {
 // is kept for the next COPY (up to maxCopyBuf): growing a buffer of megabytes
 // batch after batch cost more than encoding into it.
 func copyBinary(ctx context.Context, tx pgx.Tx, scratch *[]byte, table string, cols, types []string, rows [][]any) error {
-	buf := (*scratch)[:0]
+	buf := appendCopyHeader((*scratch)[:0])
 	defer func() {
 		if cap(buf) <= maxCopyBuf {
 			*scratch = buf[:0]
 		}
 	}()
-	buf = append(buf, "PGCOPY\n\xff\r\n\x00"...)
-	buf = binary.BigEndian.AppendUint32(buf, 0) // flags
-	buf = binary.BigEndian.AppendUint32(buf, 0) // header extension
 	for _, r := range rows {
 		buf = binary.BigEndian.AppendUint16(buf, uint16(len(cols)))
 		for i, v := range r {
@@ -319,6 +316,18 @@ func copyBinary(ctx context.Context, tx pgx.Tx, scratch *[]byte, table string, c
 			}
 		}
 	}
+	return sendCopy(ctx, tx, buf, table, cols)
+}
+
+// appendCopyHeader starts a binary COPY's data.
+func appendCopyHeader(buf []byte) []byte {
+	buf = append(buf, "PGCOPY\n\xff\r\n\x00"...)
+	buf = binary.BigEndian.AppendUint32(buf, 0) // flags
+	return binary.BigEndian.AppendUint32(buf, 0) // header extension
+}
+
+// sendCopy ends buf's rows and copies them into table's cols.
+func sendCopy(ctx context.Context, tx pgx.Tx, buf []byte, table string, cols []string) error {
 	buf = binary.BigEndian.AppendUint16(buf, 0xffff)
 	idents := make([]string, len(cols))
 	for i, c := range cols {
@@ -329,6 +338,24 @@ func copyBinary(ctx context.Context, tx pgx.Tx, scratch *[]byte, table string, c
 		return fmt.Errorf("copying into %s: %w", table, err)
 	}
 	return nil
+}
+
+// The fields of binary COPY: a length, then the value.
+func appendNull(buf []byte) []byte { return binary.BigEndian.AppendUint32(buf, 0xffffffff) }
+
+func appendText(buf []byte, s string) []byte {
+	return append(binary.BigEndian.AppendUint32(buf, uint32(len(s))), s...)
+}
+
+func appendInt8(buf []byte, n int64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(buf, 8), uint64(n))
+}
+
+// appendTimestamptz writes t as pgx encodes it: microseconds, the rest
+// truncated.
+func appendTimestamptz(buf []byte, t time.Time) []byte {
+	us := t.Unix()*1_000_000 + int64(t.Nanosecond())/1000 - pgEpoch
+	return appendInt8(buf, us)
 }
 
 // copyPgx is copyBinary through pgx's encoders.
@@ -430,9 +457,7 @@ func appendBinary(buf []byte, typ string, v any) ([]byte, bool) {
 		}
 	case "timestamptz":
 		if x, ok := v.(time.Time); ok {
-			// As pgx encodes it: microseconds, the rest truncated.
-			us := x.Unix()*1_000_000 + int64(x.Nanosecond())/1000 - pgEpoch
-			return binary.BigEndian.AppendUint64(field(8), uint64(us)), true
+			return appendTimestamptz(buf, x), true
 		}
 	}
 	return buf, false
