@@ -322,7 +322,7 @@ func copyBinary(ctx context.Context, tx pgx.Tx, scratch *[]byte, table string, c
 // appendCopyHeader starts a binary COPY's data.
 func appendCopyHeader(buf []byte) []byte {
 	buf = append(buf, "PGCOPY\n\xff\r\n\x00"...)
-	buf = binary.BigEndian.AppendUint32(buf, 0) // flags
+	buf = binary.BigEndian.AppendUint32(buf, 0)  // flags
 	return binary.BigEndian.AppendUint32(buf, 0) // header extension
 }
 
