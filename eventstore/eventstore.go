@@ -399,13 +399,18 @@ const eventColumns = `position, transaction_id::text::bigint AS txid, stream_id,
 func scanEvents(rows pgx.Rows, capHint int) ([]Event, error) {
 	defer rows.Close()
 	out := make([]Event, 0, capHint)
+	// One row's values are scanned into e through one list of targets made
+	// once, then copied out: a target list per row (and e with it) went to
+	// the heap for every event read.
+	var e Event
+	var tx int64
+	var sv int16
+	var kind string
+	dest := []any{&e.Position, &tx, &e.StreamID, &e.StreamVersion, &e.OrgID, &e.Type, &sv,
+		&e.Payload, &kind, &e.Actor.ID, &e.Actor.Name, &e.RequestID, &e.OccurredAt, &e.Via}
 	for rows.Next() {
-		var e Event
-		var tx int64
-		var sv int16
-		var kind string
-		if err := rows.Scan(&e.Position, &tx, &e.StreamID, &e.StreamVersion, &e.OrgID, &e.Type, &sv,
-			&e.Payload, &kind, &e.Actor.ID, &e.Actor.Name, &e.RequestID, &e.OccurredAt, &e.Via); err != nil {
+		e.Payload = nil // scanned afresh (never into the last row's bytes)
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		e.TxID, e.SchemaVersion, e.Actor.Kind = uint64(tx), int(sv), domain.ActorKind(kind)
@@ -447,6 +452,21 @@ func StreamVersion(ctx context.Context, q Querier, streamID string) (int, error)
 // transactions below the commit horizon: every transaction that could still
 // commit an earlier event has ended, so nothing is ever skipped.
 func ReadAll(ctx context.Context, q Querier, after Cursor, limit int) ([]Event, error) {
+	// Not room for limit events up front: most reads of a live subscription
+	// find a few, and a batch's worth (about 1 MB at 5,000) allocated and
+	// cleared for each of them was most of what the garbage collector had
+	// to chase.
+	return readAll(ctx, q, after, limit, min(limit, 64))
+}
+
+// ReadBatch is ReadAll for a reader that expects whole batches (a rebuild
+// reads a million events 10,000 at a time): room for limit events is made
+// up front, where ReadAll grows its slice from a few.
+func ReadBatch(ctx context.Context, q Querier, after Cursor, limit int) ([]Event, error) {
+	return readAll(ctx, q, after, limit, limit)
+}
+
+func readAll(ctx context.Context, q Querier, after Cursor, limit, capHint int) ([]Event, error) {
 	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM events
 		WHERE (transaction_id, position) > ($1::text::xid8, $2)
 		  AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
@@ -455,11 +475,7 @@ func ReadAll(ctx context.Context, q Querier, after Cursor, limit int) ([]Event, 
 	if err != nil {
 		return nil, fmt.Errorf("reading events after %v: %w", after, err)
 	}
-	// Not room for limit events up front: most reads of a live subscription
-	// find a few, and a batch's worth (about 1 MB at 5,000) allocated and
-	// cleared for each of them was most of what the garbage collector had
-	// to chase.
-	evs, err := scanEvents(rows, min(limit, 64))
+	evs, err := scanEvents(rows, capHint)
 	if err != nil {
 		return nil, fmt.Errorf("reading events after %v: %w", after, err)
 	}

@@ -66,8 +66,18 @@ func TestAppendAndReadStream(t *testing.T) {
 		require.Equal(t, "req-1", e.RequestID)
 		require.True(t, e.OccurredAt.Equal(t0))
 		require.Equal(t, 1, e.SchemaVersion)
+		// Each event its own payload: rows are scanned through one set of
+		// targets, never into the last row's bytes.
+		require.JSONEq(t, fmt.Sprintf(`{"n":%d}`, i+1), string(e.Payload))
 	}
-	require.JSONEq(t, `{"n":3}`, string(evs[2].Payload))
+	all, err := eventstore.ReadAll(ctx, s.Pool(), eventstore.Cursor{}, 10)
+	require.NoError(t, err)
+	batch, err := eventstore.ReadBatch(ctx, s.Pool(), eventstore.Cursor{}, 10)
+	require.NoError(t, err)
+	require.Equal(t, evs, all)
+	require.Equal(t, all, batch, "ReadBatch reads what ReadAll reads")
+	evs[0].Payload[0] = 'x'
+	require.JSONEq(t, `{"n":2}`, string(evs[1].Payload), "no row shares another's bytes")
 	require.Equal(t, b.Last, evs[2].Cursor(), "the append reports where its last event is")
 	require.Equal(t, "service.created", evs[2].Type)
 

@@ -98,14 +98,23 @@ func Tables() map[string][]string {
 
 func decodeBatch(events []eventstore.Event) ([]Decoded, error) {
 	out := make([]Decoded, len(events))
-	for i, e := range events {
-		d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
-		if err != nil {
-			return nil, fmt.Errorf("event %d: %w", e.Position, err)
-		}
-		out[i] = Decoded{Event: e, Data: d}
+	if err := decodeInto(out, events); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// decodeInto decodes events into out, which has room for them.
+func decodeInto(out []Decoded, events []eventstore.Event) error {
+	for i := range events {
+		e := &events[i]
+		d, err := domain.Decode(e.Type, e.SchemaVersion, e.Payload)
+		if err != nil {
+			return fmt.Errorf("event %d: %w", e.Position, err)
+		}
+		out[i] = Decoded{Event: *e, Data: d}
+	}
+	return nil
 }
 
 func project(ctx context.Context, tx pgx.Tx, procs []projector, batch []Decoded) error {

@@ -239,9 +239,7 @@ func decodeParallel(events []eventstore.Event) ([]Decoded, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, err := decodeBatch(events[lo:hi])
-			copy(out[lo:hi], d)
-			errs[i] = err
+			errs[i] = decodeInto(out[lo:hi], events[lo:hi])
 		}()
 	}
 	wg.Wait()

@@ -134,7 +134,7 @@ func prefetch(ctx context.Context, pool *pgxpool.Pool, upTo eventstore.Cursor, b
 	}
 	var after eventstore.Cursor
 	for {
-		events, err := eventstore.ReadAll(ctx, pool, after, batchSize)
+		events, err := eventstore.ReadBatch(ctx, pool, after, batchSize)
 		if err != nil {
 			out <- fetched{err: err}
 			return

@@ -68,6 +68,7 @@ func main() {
 	childURL := flag.String("child-url", "", "internal: the control plane of the simulated agents")
 	childCA := flag.String("child-ca", "", "internal: the CA of the control plane")
 	flag.StringVar(&f.profile, "cpuprofile", "", "write a CPU profile of this process")
+	memProfile := flag.String("memprofile", "", "write a profile of every allocation this process made (pprof's allocs) when it ends")
 	flag.IntVar(&f.statements, "statements", 0, "log the N statements that took PostgreSQL's time (pg_stat_statements) after each benchmark: the profile of the database's side")
 	flag.Parse()
 	counts, err := parseCounts(*agentCounts)
@@ -92,10 +93,25 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *memProfile != "" {
+		defer writeAllocs(*memProfile)
+	}
 	if err := run(context.Background(), f); err != nil {
 		log.Print(err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
+	}
+}
+
+// writeAllocs writes the allocations profile to path.
+func writeAllocs(path string) {
+	pf, err := os.Create(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pf.Close()
+	if err := pprof.Lookup("allocs").WriteTo(pf, 0); err != nil {
+		log.Fatal(err)
 	}
 }
 

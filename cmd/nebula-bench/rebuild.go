@@ -68,7 +68,7 @@ func benchRebuild(ctx context.Context, pool *pgxpool.Pool, f flags) (result, err
 		var after eventstore.Cursor
 		read := 0
 		for {
-			evs, err := eventstore.ReadAll(ctx, pool, after, 10_000)
+			evs, err := eventstore.ReadBatch(ctx, pool, after, 10_000)
 			if err != nil {
 				return result{}, err
 			}
