@@ -54,6 +54,14 @@ func (h *Hub) deliverMesh(ctx context.Context, ac *agentConn, heads map[string]i
 	}
 	ac.delivering.Lock()
 	defer ac.delivering.Unlock()
+	// Another delivery may have sent it (or a newer one) meanwhile: a full
+	// look and a notified change run at once.
+	ac.mu.Lock()
+	have = ac.meshSent
+	ac.mu.Unlock()
+	if head <= have {
+		return
+	}
 	st, err := h.cfg.MeshFetch(ctx, cluster, head)
 	if err != nil {
 		h.cfg.Logger.Warn("loading a mesh revision for an agent", "cluster", cluster, "revision", head, "err", err)

@@ -182,9 +182,10 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 	// Latency: command accepted -> the agent holds the new revision,
 	// f.latencyRuns single changes f.runs times.
 	var p50s, p99s []time.Duration
+	var slowSteps []string
 	for run := 0; run < max(f.runs, 1); run++ {
 		log.Printf("agents: latency of %d single changes (run %d)", f.latencyRuns, run+1)
-		var lat []time.Duration
+		var lat []latencySample
 		e := envs[0]
 		for i := 0; i < f.latencyRuns; i++ {
 			base := got.snapshot([]benchEnv{e})
@@ -193,15 +194,28 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 				domain.SetVariables{EnvironmentID: e.id, ServiceID: e.service, Variables: []domain.Variable{{Name: "N", Value: fmt.Sprintf("%d-%d", run, i)}}}); err != nil {
 				return nil, err
 			}
+			accepted := time.Since(t0)
 			if !got.waitBeyond([]benchEnv{e}, base, 10*time.Second) {
 				return nil, fmt.Errorf("change %d did not arrive", i)
 			}
-			lat = append(lat, got.heldAt(e.id, base[e.id]).Sub(t0))
+			held := got.heldAt(e.id, base[e.id])
+			// Where the time went: the revision's compile time is what the
+			// compiler recorded in its event.
+			var compiled time.Time
+			if err := pool.QueryRow(ctx, `SELECT occurred_at FROM events WHERE stream_id = $1 ORDER BY stream_version DESC LIMIT 1`,
+				domain.RevisionStream(e.id)).Scan(&compiled); err != nil {
+				return nil, err
+			}
+			lat = append(lat, latencySample{total: held.Sub(t0), accepted: accepted, compiled: compiled.Sub(t0), held: held.Sub(compiled)})
 		}
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		p50s, p99s = append(p50s, lat[len(lat)/2]), append(p99s, lat[len(lat)*99/100])
+		sort.Slice(lat, func(i, j int) bool { return lat[i].total < lat[j].total })
+		p99 := lat[len(lat)*99/100]
+		p50s, p99s = append(p50s, lat[len(lat)/2].total), append(p99s, p99.total)
+		slowSteps = append(slowSteps, p99.String())
+		log.Printf("agents: latency run %d: p99 change %s", run+1, p99)
 	}
 
+	log.Printf("agents: the p99 changes' steps: %s", strings.Join(slowSteps, "; "))
 	var storms []stormRun
 	for run := 0; run < max(f.runs, 1); run++ {
 		sr, err := stormOnce(ctx, cfg, &p, got, envs, got.snapshot(envs), url, token, hc)
@@ -234,7 +248,7 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 				(burst.total - burst.afterRecorded).Round(time.Millisecond), burst.afterRecorded.Round(time.Millisecond)),
 			baseline: "–", ratio: "–", target: "≤ 5 s", verdict: verdict(burst.total <= 5*time.Second, fmt.Sprintf("%s over", (burst.total-5*time.Second).Round(time.Millisecond)))},
 		{name: fmt.Sprintf("command accepted → agent holds the new revision (%d agents connected, loopback)", n),
-			measured: fmt.Sprintf("p50 %s, p99 %s: medians of %d runs of %d changes (p99 of each run: %s)", p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), len(p99s), f.latencyRuns, durationList(p99s)),
+			measured: fmt.Sprintf("p50 %s, p99 %s: medians of %d runs of %d changes (p99 of each run: %s; that change's steps in each run: %s)", p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond), len(p99s), f.latencyRuns, durationList(p99s), strings.Join(slowSteps, "; ")),
 			baseline: "–", ratio: "–", target: "p99 ≤ 100 ms on every run", verdict: verdict(worstP99 <= 100*time.Millisecond, fmt.Sprintf("the worst run's p99 %s over", (worstP99-100*time.Millisecond).Round(time.Millisecond)))},
 		storm.row(n, storms), fanout,
 	}, nil
@@ -521,6 +535,20 @@ func (r *received) waitBeyond(envs []benchEnv, base map[string]int, timeout time
 }
 
 // heldAt is when the environment first held a revision newer than base.
+// latencySample is one change of the latency runs: from the command to its
+// agent holding the revision, and the steps on the way.
+type latencySample struct {
+	total    time.Duration // command sent → the agent holds the revision
+	accepted time.Duration // command sent → accepted
+	compiled time.Duration // command sent → the revision compiled (its event's time)
+	held     time.Duration // compiled → the agent holds it
+}
+
+func (l latencySample) String() string {
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	return fmt.Sprintf("accepted %s, compiled %s after the command, held %s after that", r(l.accepted), r(l.compiled), r(l.held))
+}
+
 func (r *received) heldAt(env string, base int) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -76,23 +76,46 @@ func (l *Link) Wait() {
 // events or projections commit anywhere (waker), and drops agents whose
 // credential was revoked, on whichever replica it was revoked, until ctx
 // ends.
+//
+// A notified change goes straight to its clusters' agents. Every few
+// seconds, and whenever notifications were lost, everything is looked at
+// (every connection's heads, mesh and credential) on a goroutine of its
+// own: with 10,000 agents a look takes long enough that a change notified
+// during it waited for it, and those waits were the slowest deliveries.
+// Both deliver to a connection one at a time (transport's per-connection
+// lock), and a connection is never sent an older revision than it was.
 func (l *Link) PushRevisions(ctx context.Context, waker *eventstore.Waker) error {
 	wake := waker.Subscribe()
+	look := make(chan struct{}, 1)
+	lookNow := func() {
+		select {
+		case look <- struct{}{}:
+		default: // a look is already due
+		}
+	}
+	looked := make(chan struct{})
+	go func() {
+		defer close(looked)
+		l.lookEverywhere(ctx, look)
+	}()
+	defer func() { <-looked }()
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	for {
-		full := false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
 		case <-tick.C:
-			full = true
+			lookNow()
+			continue
 		}
 		// A notification names the revision stream and version appended to:
-		// those go straight to their clusters' agents. Everything is looked
-		// at when notifications were lost, and every few seconds anyway.
+		// those go straight to their clusters' agents.
 		appended, lost := waker.TakeAppended()
+		if lost {
+			lookNow()
+		}
 		revisions := map[string]int{}
 		changedClusters := map[string]bool{}
 		meshChanged := false
@@ -108,45 +131,70 @@ func (l *Link) PushRevisions(ctx context.Context, waker *eventstore.Waker) error
 				revisions[id] = n
 			}
 		}
-		switch {
-		case full || lost:
-			if err := l.hub.Load().Refresh(ctx); err != nil && ctx.Err() == nil {
-				l.cfg.Logger.Warn("pushing revisions to agents", "err", err)
-			}
-		case len(revisions) > 0:
+		if len(revisions) > 0 {
 			heads, err := l.HeadsOf(ctx, revisions)
 			if err != nil {
 				l.cfg.Logger.Warn("pushing revisions to agents", "err", err)
-				continue
+			} else {
+				l.hub.Load().Deliver(ctx, heads)
 			}
-			l.hub.Load().Deliver(ctx, heads)
 		}
-		if full || lost || meshChanged {
+		if meshChanged {
 			if err := l.hub.Load().RefreshMesh(ctx); err != nil && ctx.Err() == nil {
 				l.cfg.Logger.Warn("pushing mesh revisions to agents", "err", err)
 			}
 		}
-		if !full && !lost && len(changedClusters) == 0 {
+		if len(changedClusters) == 0 {
 			continue
 		}
-		// Every connection at a full look; else those of the clusters whose
-		// streams changed (creating clusters while 10,000 agents were
-		// connected read every agent's credential at each one).
+		// The connections of the clusters whose streams changed (creating
+		// clusters while 10,000 agents were connected read every agent's
+		// credential at each one).
 		var ids []string
 		for _, p := range l.hub.Load().Connected() {
-			if full || lost || changedClusters[p.ClusterID] {
+			if changedClusters[p.ClusterID] {
 				ids = append(ids, p.ServerID)
 			}
 		}
-		if len(ids) == 0 {
-			continue
+		l.disconnectRevoked(ctx, ids)
+	}
+}
+
+// lookEverywhere looks at every connection whenever look says so, until
+// ctx ends: the revisions and mesh states it lacks are sent, and it is
+// dropped when its credential was revoked.
+func (l *Link) lookEverywhere(ctx context.Context, look <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-look:
 		}
-		revoked, err := l.Revoked(ctx, ids)
-		if err != nil {
-			continue
+		if err := l.hub.Load().Refresh(ctx); err != nil && ctx.Err() == nil {
+			l.cfg.Logger.Warn("pushing revisions to agents", "err", err)
 		}
-		for _, id := range revoked {
-			l.hub.Load().Disconnect(id, "the server's credential was revoked")
+		if err := l.hub.Load().RefreshMesh(ctx); err != nil && ctx.Err() == nil {
+			l.cfg.Logger.Warn("pushing mesh revisions to agents", "err", err)
 		}
+		var ids []string
+		for _, p := range l.hub.Load().Connected() {
+			ids = append(ids, p.ServerID)
+		}
+		l.disconnectRevoked(ctx, ids)
+	}
+}
+
+// disconnectRevoked drops the connections of the servers among ids whose
+// credential was revoked.
+func (l *Link) disconnectRevoked(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	revoked, err := l.Revoked(ctx, ids)
+	if err != nil {
+		return
+	}
+	for _, id := range revoked {
+		l.hub.Load().Disconnect(id, "the server's credential was revoked")
 	}
 }
