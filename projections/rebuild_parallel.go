@@ -147,7 +147,11 @@ func (w *rebuildWorker) run(ctx context.Context, pool *pgxpool.Pool, live, snaps
 		`CREATE SCHEMA ` + w.schema,
 	}
 	for _, t := range w.p.Tables() {
-		stmts = append(stmts, fmt.Sprintf(`CREATE UNLOGGED TABLE %s.%s (LIKE %s.%s INCLUDING ALL)`, w.schema, t, pgx.Identifier{live}.Sanitize(), t))
+		like := "INCLUDING ALL"
+		if rebuildUnindexed[t] {
+			like = "INCLUDING ALL EXCLUDING INDEXES"
+		}
+		stmts = append(stmts, fmt.Sprintf(`CREATE UNLOGGED TABLE %s.%s (LIKE %s.%s %s)`, w.schema, t, pgx.Identifier{live}.Sanitize(), t, like))
 	}
 	// Unqualified names now resolve to the rebuilt tables first.
 	stmts = append(stmts, fmt.Sprintf(`SET LOCAL search_path TO %s, %s`, w.schema, pgx.Identifier{live}.Sanitize()))
@@ -182,14 +186,23 @@ func (w *rebuildWorker) run(ctx context.Context, pool *pgxpool.Pool, live, snaps
 	return nil
 }
 
+// rebuildUnindexed are the tables a rebuild writes with COPY alone and no
+// statement of it reads: they are rebuilt without any index, not even their
+// primary key and unique ones, whose upkeep was most of what PostgreSQL spent
+// on them (the audit log's two, for a million rows). What those constraints
+// guard still holds: a replay compares every rebuilt table with the live
+// one, whose constraints hold, row for row in primary-key order (the live
+// table's key), so a duplicate or a missing row is a difference.
+var rebuildUnindexed = map[string]bool{"audit_log": true, "deployment_stages": true, "revisions": true, "releases": true}
+
 // rebuildSkipsIndexes are the live indexes the rebuilt tables go without:
 // they serve the API's reads, no statement of the projections uses them, and
 // a rebuild's tables are compared, never read (the comparison hashes whole
-// rows). Keeping them up cost a rebuild time on its largest tables; unique
-// indexes and primary keys stay (they are constraints the rows must meet),
-// and so do the indexes the projections' own statements find rows by.
+// rows). Keeping them up cost a rebuild time on its largest tables; on the
+// tables that keep indexes (not rebuildUnindexed), unique indexes and primary
+// keys stay (the projections' upserts conflict on them), and so do the
+// indexes the projections' own statements find rows by.
 var rebuildSkipsIndexes = map[string][]string{
-	"audit_log":   {"audit_log_org"},
 	"deployments": {"deployments_open"},
 }
 

@@ -201,7 +201,9 @@ func tableHashes(ctx context.Context, tx pgx.Tx, qualified string, pk []string) 
 // (in schema rebuilt).
 func compareTable(ctx context.Context, tx pgx.Tx, live, rebuilt, table string) (TableReport, error) {
 	rep := TableReport{Table: table}
-	pk, err := primaryKey(ctx, tx, pgx.Identifier{rebuilt, table}.Sanitize())
+	// The live table's key: some rebuilt tables have no index at all
+	// (rebuildUnindexed).
+	pk, err := primaryKey(ctx, tx, pgx.Identifier{live, table}.Sanitize())
 	if err != nil {
 		return rep, err
 	}
