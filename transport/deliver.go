@@ -257,8 +257,8 @@ func (h *Hub) rewind(ctx context.Context, ac *agentConn, hd Head) (bool, Applied
 func (h *Hub) Deliver(ctx context.Context, heads map[string][]Head) {
 	h.mu.Lock()
 	var conns []*agentConn
-	for _, ac := range h.conns {
-		if _, ok := heads[ac.peer.ClusterID]; ok {
+	for cluster := range heads {
+		for ac := range h.byCluster[cluster] {
 			conns = append(conns, ac)
 		}
 	}

@@ -75,7 +75,12 @@ func startHub(t *testing.T, w *world) (*transport.Hub, *httptest.Server) {
 			case w.revoked[tok]:
 				return transport.Peer{}, errors.New("the credential was revoked")
 			}
-			return transport.Peer{ServerID: tok, ClusterID: "c1", Name: tok}, nil
+			// "good-x@c2" is server good-x@c2 of cluster c2; else cluster c1.
+			cluster := "c1"
+			if _, c, ok := strings.Cut(tok, "@"); ok {
+				cluster = c
+			}
+			return transport.Peer{ServerID: tok, ClusterID: cluster, Name: tok}, nil
 		},
 		Heads: w.heads,
 		Fetch: w.fetch,
@@ -190,6 +195,64 @@ func TestAgentReconnectsAndCatchesUp(t *testing.T) {
 	w.mu.Unlock()
 	require.Eventually(t, func() bool { return a.revision("e1") == 2 }, 5*time.Second, 5*time.Millisecond, "on reconnect the agent gets the latest revision")
 	_ = hub
+}
+
+// A delivery finds its cluster's connections by cluster: every connection
+// of the cluster gets it, another cluster's none; a server's newer
+// connection takes its older one's place, and one that ended is gone.
+func TestDeliverReachesTheClustersConnectionsOnly(t *testing.T) {
+	t.Parallel()
+	w := &world{revs: map[string]int{"e1": 1}}
+	hub, srv := startHub(t, w)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, b, c := &agent{applied: map[string]int{}}, &agent{applied: map[string]int{}}, &agent{applied: map[string]int{}}
+	actx, stopA := context.WithCancel(ctx)
+	go a.client(t, srv, "good-a@c1").Run(actx)
+	bctx, stopB := context.WithCancel(ctx)
+	go b.client(t, srv, "good-b@c1").Run(bctx)
+	go c.client(t, srv, "good-c@c2").Run(ctx)
+	require.Eventually(t, func() bool { return a.revision("e1") == 1 && b.revision("e1") == 1 && c.revision("e1") == 1 }, 5*time.Second, 5*time.Millisecond)
+	servers := func(clusters ...string) []string {
+		in := map[string]bool{}
+		for _, c := range clusters {
+			in[c] = true
+		}
+		var out []string
+		for _, p := range hub.ConnectedIn(in) {
+			out = append(out, p.ServerID)
+		}
+		return out
+	}
+	require.ElementsMatch(t, []string{"good-a@c1", "good-b@c1"}, servers("c1"))
+	require.ElementsMatch(t, []string{"good-c@c2"}, servers("c2"))
+	require.Empty(t, servers("c3"))
+
+	hub.Deliver(ctx, map[string][]transport.Head{"c1": {{EnvironmentID: "e1", Revision: 2}}})
+	require.Eventually(t, func() bool { return a.revision("e1") == 2 && b.revision("e1") == 2 }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 1, c.revision("e1"), "another cluster's agent is sent nothing")
+
+	// The same server connects again as its older connection ends: whichever
+	// comes first, its newer connection is the one listed and delivered to.
+	w.mu.Lock()
+	w.revs["e1"] = 2
+	w.mu.Unlock()
+	stopA()
+	a2 := &agent{applied: map[string]int{"e1": 2}}
+	go a2.client(t, srv, "good-a@c1").Run(ctx)
+	require.Eventually(t, func() bool { return hub.Count() == 3 }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the older connection's end, if it comes last
+	require.ElementsMatch(t, []string{"good-a@c1", "good-b@c1"}, servers("c1"), "listed once, by its newer connection")
+	w.mu.Lock()
+	w.revs["e1"] = 3
+	w.mu.Unlock()
+	hub.Deliver(ctx, map[string][]transport.Head{"c1": {{EnvironmentID: "e1", Revision: 3}}})
+	require.Eventually(t, func() bool { return a2.revision("e1") == 3 && b.revision("e1") == 3 }, 5*time.Second, 5*time.Millisecond)
+
+	stopB()
+	require.Eventually(t, func() bool { return len(servers("c1")) == 1 }, 5*time.Second, 5*time.Millisecond, "an ended connection is no longer listed")
+	require.Equal(t, []string{"good-a@c1"}, servers("c1"))
 }
 
 func TestRefusedCredentialStopsTheAgent(t *testing.T) {

@@ -183,6 +183,7 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 	// f.latencyRuns single changes f.runs times.
 	var p50s, p99s []time.Duration
 	var slowSteps []string
+	stopProfile := startPhaseProfile("latency")
 	for run := 0; run < max(f.runs, 1); run++ {
 		log.Printf("agents: latency of %d single changes (run %d)", f.latencyRuns, run+1)
 		var lat []latencySample
@@ -215,6 +216,7 @@ func benchAgents(ctx context.Context, cluster *pgcluster.Cluster, f flags) ([]re
 		log.Printf("agents: latency run %d: p99 change %s", run+1, p99)
 	}
 
+	stopProfile()
 	log.Printf("agents: the p99 changes' steps: %s", strings.Join(slowSteps, "; "))
 	var storms []stormRun
 	for run := 0; run < max(f.runs, 1); run++ {

@@ -16,11 +16,12 @@ var agentsHeapProfile = flag.String("agents-heapprofile", "", "agents: write a h
 // agentsPhaseProfile, when set, is where the agents benchmark writes a CPU
 // profile of the control plane's process during one phase
 // (agentsProfilePhase): the burst (from its first command until every
-// agent holds its revision) or the reconnect storm (from the drop until
-// every agent is back): where that phase's time goes.
+// agent holds its revision), the latency runs (every run of single
+// changes) or the reconnect storm (from the drop until every agent is
+// back): where that phase's time goes.
 var (
 	agentsPhaseProfile = flag.String("agents-cpuprofile", "", "agents: write a CPU profile of one phase, -agents-cpuprofile-phase (not with -cpuprofile)")
-	agentsProfilePhase = flag.String("agents-cpuprofile-phase", "storm", "agents: the phase -agents-cpuprofile profiles: burst or storm")
+	agentsProfilePhase = flag.String("agents-cpuprofile-phase", "storm", "agents: the phase -agents-cpuprofile profiles: burst, latency or storm")
 )
 
 // startPhaseProfile starts the CPU profile of the phase, when it is the

@@ -151,10 +151,8 @@ func (l *Link) PushRevisions(ctx context.Context, waker *eventstore.Waker) error
 		// clusters while 10,000 agents were connected read every agent's
 		// credential at each one).
 		var ids []string
-		for _, p := range l.hub.Load().Connected() {
-			if changedClusters[p.ClusterID] {
-				ids = append(ids, p.ServerID)
-			}
+		for _, p := range l.hub.Load().ConnectedIn(changedClusters) {
+			ids = append(ids, p.ServerID)
 		}
 		l.disconnectRevoked(ctx, ids)
 	}
