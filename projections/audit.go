@@ -169,7 +169,7 @@ func copyAudit(ctx context.Context, tx pgx.Tx, scratch *[]byte, rows []AuditRow)
 			if err != nil {
 				return fmt.Errorf("copying into audit_log: org id %q: %w", r.OrgID, err)
 			}
-			buf = append(binary.BigEndian.AppendUint32(buf, 16), u[:]...)
+			buf = appendUUID(buf, u)
 		}
 		for _, f := range [...]string{r.ActorKind, r.ActorID, r.ActorName, r.Action, r.TargetKind, r.TargetID, r.Target, r.Detail} {
 			buf = appendText(buf, f)

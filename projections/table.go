@@ -347,6 +347,10 @@ func appendText(buf []byte, s string) []byte {
 	return append(binary.BigEndian.AppendUint32(buf, uint32(len(s))), s...)
 }
 
+func appendUUID(buf []byte, u [16]byte) []byte {
+	return append(binary.BigEndian.AppendUint32(buf, 16), u[:]...)
+}
+
 func appendInt8(buf []byte, n int64) []byte {
 	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(buf, 8), uint64(n))
 }
@@ -400,11 +404,11 @@ func appendBinary(buf []byte, typ string, v any) ([]byte, bool) {
 			if err != nil {
 				return buf, false
 			}
-			return append(field(16), u[:]...), true
+			return appendUUID(buf, u), true
 		case [16]byte:
-			return append(field(16), x[:]...), true
+			return appendUUID(buf, x), true
 		case uuid.UUID:
-			return append(field(16), x[:]...), true
+			return appendUUID(buf, x), true
 		}
 	case "text":
 		if x, ok := v.(string); ok {
